@@ -1,0 +1,70 @@
+"""Input checks for the public boundary: each raises ValueError naming the parameter, the value and
+the allowed range, so a caller (or the CLI, which prints the message on one line) sees what to fix."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = [
+    "check_real",
+    "check_probability",
+    "check_positive",
+    "check_delta",
+    "check_count",
+    "check_order",
+]
+
+
+def check_real(name: str, value, *, low=-math.inf, high=math.inf, low_open=False, high_open=False,
+               allow_inf=False) -> float:
+    """Returns value as a float if it is a real number in the given interval, else raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    x = float(value)
+    left = "(" if low_open else "["
+    right = ")" if high_open else "]"
+    allowed = f"{left}{low:g}, {high:g}{right}"
+    if math.isnan(x):
+        raise ValueError(f"{name} must be in {allowed}, got nan")
+    if math.isinf(x) and not allow_inf:
+        raise ValueError(f"{name} must be finite and in {allowed}, got {x}")
+    if x < low or x > high or (low_open and x == low) or (high_open and x == high):
+        raise ValueError(f"{name} must be in {allowed}, got {value!r}")
+    return x
+
+
+def check_probability(name: str, value) -> float:
+    """A probability in [0, 1] (sampling rates)."""
+    return check_real(name, value, low=0.0, high=1.0)
+
+
+def check_positive(name: str, value, *, allow_inf=False) -> float:
+    """A real number > 0 (noise multipliers, scales)."""
+    return check_real(name, value, low=0.0, low_open=True, allow_inf=allow_inf)
+
+
+def check_delta(name: str, value) -> float:
+    """A delta strictly inside (0, 1)."""
+    return check_real(name, value, low=0.0, high=1.0, low_open=True, high_open=True)
+
+
+def check_count(name: str, value, *, minimum: int = 0) -> int:
+    """A whole number >= minimum (steps, batch sizes); integral floats such as 250.0 are accepted."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        n = int(value)
+    else:
+        x = float(value)
+        if not math.isfinite(x) or x != math.floor(x):
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        n = int(x)
+    if n < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return n
+
+
+def check_order(name: str, value) -> float:
+    """A Renyi order alpha > 1 (may be +inf)."""
+    return check_real(name, value, low=1.0, low_open=True, allow_inf=True)

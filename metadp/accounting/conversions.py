@@ -1,0 +1,104 @@
+"""From RDP to (epsilon, delta)-DP, and back.
+
+All conversions return valid upper bounds: given RDP values eps(alpha) that upper-bound the Renyi
+divergence at each order, the (epsilon, delta) they return holds for the mechanism.
+
+* ``cks`` (default): Canonne, Kamath & Steinke 2020 (arXiv:2004.00010, Prop. 12); equivalently
+  Asoodeh et al. 2021 (arXiv:2001.05990):
+  epsilon = eps(alpha) + log((alpha - 1)/alpha) - (log delta + log alpha)/(alpha - 1),
+  delta = exp((alpha - 1)(eps(alpha) - epsilon) + (alpha - 1) log(1 - 1/alpha) - log alpha).
+* ``classic``: Mironov 2017 (arXiv:1702.07476, Prop. 3): epsilon = eps(alpha) + log(1/delta)/(alpha - 1).
+
+Both are combined with the total-variation bound delta <= sqrt(1 - exp(-KL)) <= sqrt(1 - exp(-eps(alpha)))
+(Bretagnolle & Huber 1979; KL <= D_alpha for alpha >= 1), which certifies epsilon = 0 when it is
+already below delta.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from metadp._validation import check_delta, check_real
+
+__all__ = ["CONVERSIONS", "epsilon_from_rdp", "delta_from_rdp"]
+
+CONVERSIONS = ("cks", "classic")
+
+
+def _check(orders, rdp, method):
+    if method not in CONVERSIONS:
+        raise ValueError(f"conversion must be one of {CONVERSIONS}, got {method!r}")
+    orders = np.atleast_1d(np.asarray(orders, dtype=np.float64))
+    rdp = np.atleast_1d(np.asarray(rdp, dtype=np.float64))
+    if orders.shape != rdp.shape:
+        raise ValueError(f"orders and rdp must have the same shape, got {orders.shape} and {rdp.shape}")
+    if np.any(~(orders > 1.0)):
+        raise ValueError("orders must be > 1")
+    if np.any(np.isnan(rdp)) or np.any(rdp < 0):
+        raise ValueError("rdp values must be >= 0 (not nan)")
+    return orders, rdp
+
+
+def epsilon_from_rdp(orders, rdp, delta: float, method: str = "cks"):
+    """Smallest certified epsilon over the given orders.
+
+    Args:
+        orders: Renyi orders alpha > 1.
+        rdp: RDP upper bounds eps(alpha) at those orders.
+        delta: target delta in (0, 1).
+        method: ``"cks"`` or ``"classic"`` (module docstring).
+
+    Returns:
+        (epsilon, alpha): the bound (>= 0, possibly inf) and the order attaining it (nan when the
+        total-variation bound certifies epsilon = 0).
+    """
+    delta = check_delta("delta", delta)
+    orders, rdp = _check(orders, rdp, method)
+    eps = _epsilon_per_order(orders, rdp, delta, method)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tv_ok = delta * delta + np.expm1(-rdp) >= 0  # sqrt(1 - e^{-rdp}) <= delta
+    if np.any(tv_ok):
+        return 0.0, math.nan
+    i = int(np.argmin(eps))
+    return max(0.0, float(eps[i])), float(orders[i])
+
+
+def _epsilon_per_order(orders, rdp, delta, method):
+    """The conversion's epsilon at every order (vectorised, inf where rdp is inf)."""
+    a = np.where(np.isfinite(orders), orders, 2.0)
+    with np.errstate(invalid="ignore"):
+        if method == "cks":
+            eps = rdp + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1.0)
+        else:
+            eps = rdp - math.log(delta) / (a - 1.0)
+    # Infinite order: the limit is eps(inf) itself for both conversions.
+    eps = np.where(np.isfinite(orders), eps, rdp)
+    return np.where(np.isnan(eps), np.inf, eps)
+
+
+def delta_from_rdp(orders, rdp, epsilon: float, method: str = "cks"):
+    """Smallest certified delta for a given epsilon over the given orders.
+
+    Returns:
+        (delta, alpha): the bound in [0, 1] and the order attaining it (nan for the TV bound).
+    """
+    epsilon = check_real("epsilon", epsilon, low=0.0)
+    orders, rdp = _check(orders, rdp, method)
+    a = np.where(np.isfinite(orders), orders, 2.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if method == "cks":
+            log_delta = (a - 1.0) * (rdp - epsilon + np.log1p(-1.0 / a)) - np.log(a)
+        else:
+            log_delta = (a - 1.0) * (rdp - epsilon)
+        log_delta = np.where(np.isfinite(orders), log_delta, np.where(rdp <= epsilon, -np.inf, 0.0))
+        log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
+    i = int(np.argmin(log_delta))
+    best, order = float(log_delta[i]), float(orders[i])
+    # KL <= D_alpha for every alpha, so the smallest RDP value gives the tightest TV bound.
+    with np.errstate(divide="ignore"):
+        tv = 0.5 * math.log(-math.expm1(-float(np.min(rdp)))) if np.min(rdp) > 0 else -math.inf
+    if tv < best:
+        best, order = tv, math.nan
+    return float(min(1.0, math.exp(min(best, 0.0)))), order

@@ -1,0 +1,186 @@
+"""Privacy events: immutable descriptions of what a training plan releases.
+
+An event only describes; accountants (``RdpAccountant``, later ``PldAccountant``) interpret it. The
+meaning of an event class never changes: a new meaning is a new class. Every event validates its
+fields at construction and raises ``ValueError`` naming the field and the allowed range.
+
+Conventions (DESIGN.md sec. 2-3):
+
+* A noise multiplier ``z`` is sigma divided by the sensitivity of the released query to **adding or
+  removing one privacy unit** (for a sum of contributions clipped to L2 norm C, the sensitivity is C
+  and ``z = sigma / C``).
+* Under the **substitution** relation (replace one unit by another) the same clipped sum moves by up to
+  2C: the accountant analyses the inner Gaussian with multiplier ``z / 2`` (scale ``b / 2`` for
+  Laplace). ``FixedSizeSampled`` is only meaningful under substitution (Balle, Barthe & Gaboardi 2018,
+  arXiv:1807.01647), and carries this factor as its ``sensitivity_factor`` field so that it is
+  visible in the plan and in the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Tuple
+
+from metadp._validation import check_count, check_positive, check_probability, check_real
+
+__all__ = [
+    "Event",
+    "NoOp",
+    "NonPrivate",
+    "Gaussian",
+    "Laplace",
+    "PoissonSampled",
+    "FixedSizeSampled",
+    "SelfComposed",
+    "Composed",
+]
+
+
+class Event:
+    """Base class of all privacy events (frozen dataclasses)."""
+
+    def describe(self) -> str:
+        """A one-line human-readable description."""
+        return repr(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOp(Event):
+    """A step that releases nothing about the data (epsilon 0)."""
+
+    def describe(self) -> str:
+        return "no-op (no privacy cost)"
+
+
+@dataclasses.dataclass(frozen=True)
+class NonPrivate(Event):
+    """A release with no privacy guarantee (epsilon infinite)."""
+
+    def describe(self) -> str:
+        return "non-private release (no guarantee)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gaussian(Event):
+    """Gaussian mechanism: query + N(0, sigma^2 I) with ``noise_multiplier = sigma / sensitivity``.
+
+    Sensitivity is the L2 sensitivity to adding or removing one unit (see module docstring).
+    ``noise_multiplier = inf`` releases pure noise.
+    """
+
+    noise_multiplier: float
+
+    def __post_init__(self):
+        object.__setattr__(
+            self, "noise_multiplier", check_positive("noise_multiplier", self.noise_multiplier, allow_inf=True)
+        )
+
+    def describe(self) -> str:
+        return f"Gaussian(noise multiplier {self.noise_multiplier:g})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Laplace(Event):
+    """Laplace mechanism: query + Lap(b) per coordinate with ``scale = b / L1 sensitivity``."""
+
+    scale: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", check_positive("scale", self.scale, allow_inf=True))
+
+    def describe(self) -> str:
+        return f"Laplace(scale {self.scale:g})"
+
+
+def _check_inner(name: str, inner) -> None:
+    if not isinstance(inner, Event):
+        raise ValueError(f"{name} must be an Event, got {type(inner).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PoissonSampled(Event):
+    """Each unit is included independently with probability ``rate``; ``inner`` runs on the sample.
+
+    Neighbouring relation: add/remove one unit.
+    """
+
+    rate: float
+    inner: Event
+
+    def __post_init__(self):
+        object.__setattr__(self, "rate", check_probability("rate", self.rate))
+        _check_inner("inner", self.inner)
+
+    def describe(self) -> str:
+        return f"Poisson sampling (rate {self.rate:g}) of {self.inner.describe()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedSizeSampled(Event):
+    """A uniformly random subset of exactly ``batch`` of ``population`` units (without replacement).
+
+    Neighbouring relation: substitution (replace one unit). The inner mechanism's sensitivity under
+    substitution is ``sensitivity_factor`` times its add/remove sensitivity: 2 for a sum of clipped
+    contributions (one contribution of norm <= C leaves, another enters). Set it to 1 only when the
+    inner noise multiplier is already stated relative to the substitution sensitivity.
+    """
+
+    batch: int
+    population: int
+    inner: Event
+    sensitivity_factor: float = 2.0
+
+    def __post_init__(self):
+        population = check_count("population", self.population, minimum=1)
+        batch = check_count("batch", self.batch, minimum=0)
+        if batch > population:
+            raise ValueError(f"batch must be <= population ({population}), got {batch}")
+        object.__setattr__(self, "population", population)
+        object.__setattr__(self, "batch", batch)
+        object.__setattr__(
+            self, "sensitivity_factor", check_real("sensitivity_factor", self.sensitivity_factor, low=1.0, high=2.0)
+        )
+        _check_inner("inner", self.inner)
+
+    @property
+    def rate(self) -> float:
+        """The sampling fraction batch / population."""
+        return self.batch / self.population
+
+    def describe(self) -> str:
+        return (
+            f"fixed-size sampling ({self.batch} of {self.population}, substitution, "
+            f"sensitivity x{self.sensitivity_factor:g}) of {self.inner.describe()}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfComposed(Event):
+    """``count`` adaptive compositions of ``inner`` (count 0 is a no-op)."""
+
+    inner: Event
+    count: int
+
+    def __post_init__(self):
+        _check_inner("inner", self.inner)
+        object.__setattr__(self, "count", check_count("count", self.count, minimum=0))
+
+    def describe(self) -> str:
+        return f"{self.count} x [{self.inner.describe()}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Composed(Event):
+    """Adaptive composition of a sequence of events."""
+
+    events: Tuple[Event, ...]
+
+    def __post_init__(self):
+        events = tuple(self.events)
+        for i, e in enumerate(events):
+            _check_inner(f"events[{i}]", e)
+        object.__setattr__(self, "events", events)
+
+    def describe(self) -> str:
+        return "composition of [" + "; ".join(e.describe() for e in self.events) + "]"
