@@ -22,8 +22,8 @@ def check_real(name: str, value, *, low=-math.inf, high=math.inf, low_open=False
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     x = float(value)
-    left = "(" if low_open else "["
-    right = ")" if high_open else "]"
+    left = "(" if low_open or math.isinf(low) else "["
+    right = ")" if high_open or math.isinf(high) else "]"
     allowed = f"{left}{low:g}, {high:g}{right}"
     if math.isnan(x):
         raise ValueError(f"{name} must be in {allowed}, got nan")

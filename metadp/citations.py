@@ -1,0 +1,120 @@
+"""Citation registry: every theorem a report relies on, by key, with a BibTeX entry.
+
+Reports carry citation keys; ``bibtex(keys)`` renders the entries. Entries name the paper and the
+arXiv identifier; where the source text we ship does not give the authors (dp-maml.txt) the entry
+says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable
+
+__all__ = ["CITATIONS", "bibtex"]
+
+CITATIONS: Dict[str, Dict[str, str]] = {
+    "mironov2017renyi": {
+        "type": "inproceedings",
+        "title": "R{\\'e}nyi Differential Privacy",
+        "author": "Mironov, Ilya",
+        "booktitle": "IEEE Computer Security Foundations Symposium (CSF)",
+        "year": "2017",
+        "eprint": "1702.07476",
+    },
+    "mironov2019sampled": {
+        "type": "misc",
+        "title": "R{\\'e}nyi Differential Privacy of the Sampled Gaussian Mechanism",
+        "author": "Mironov, Ilya and Talwar, Kunal and Zhang, Li",
+        "year": "2019",
+        "eprint": "1908.10530",
+    },
+    "wang2019subsampled": {
+        "type": "inproceedings",
+        "title": "Subsampled R{\\'e}nyi Differential Privacy and Analytical Moments Accountant",
+        "author": "Wang, Yu-Xiang and Balle, Borja and Kasiviswanathan, Shiva Prasad",
+        "booktitle": "International Conference on Artificial Intelligence and Statistics (AISTATS)",
+        "year": "2019",
+        "eprint": "1808.00087",
+    },
+    "balle2018privacy": {
+        "type": "inproceedings",
+        "title": "Privacy Amplification by Subsampling: Tight Analyses via Couplings and Divergences",
+        "author": "Balle, Borja and Barthe, Gilles and Gaboardi, Marco",
+        "booktitle": "Advances in Neural Information Processing Systems (NeurIPS)",
+        "year": "2018",
+        "eprint": "1807.01647",
+    },
+    "canonne2020discrete": {
+        "type": "inproceedings",
+        "title": "The Discrete Gaussian for Differential Privacy",
+        "author": "Canonne, Cl{\\'e}ment L. and Kamath, Gautam and Steinke, Thomas",
+        "booktitle": "Advances in Neural Information Processing Systems (NeurIPS)",
+        "year": "2020",
+        "eprint": "2004.00010",
+    },
+    "asoodeh2021three": {
+        "type": "inproceedings",
+        "title": "Three Variants of Differential Privacy: Lossless Conversion and Applications",
+        "author": "Asoodeh, Shahab and Liao, Jiachun and Calmon, Flavio P. and Kosut, Oliver and Sankar, Lalitha",
+        "booktitle": "IEEE Journal on Selected Areas in Information Theory",
+        "year": "2021",
+        "eprint": "2008.06529",
+    },
+    "bretagnolle1979estimation": {
+        "type": "article",
+        "title": "Estimation des densit{\\'e}s: risque minimax",
+        "author": "Bretagnolle, Jean and Huber, Catherine",
+        "journal": "Zeitschrift f{\\\"u}r Wahrscheinlichkeitstheorie und verwandte Gebiete",
+        "volume": "47",
+        "pages": "119--137",
+        "year": "1979",
+    },
+    "abadi2016deep": {
+        "type": "inproceedings",
+        "title": "Deep Learning with Differential Privacy",
+        "author": "Abadi, Martin and Chu, Andy and Goodfellow, Ian and McMahan, H. Brendan and Mironov, Ilya and Talwar, Kunal and Zhang, Li",
+        "booktitle": "ACM Conference on Computer and Communications Security (CCS)",
+        "year": "2016",
+        "eprint": "1607.00133",
+    },
+    "dpmaml": {
+        "type": "misc",
+        "title": "Meta-Learning with Differential Privacy (DP-MAML)",
+        "author": "{Authors not given in the source text shipped as shared/papers/dp-maml.txt}",
+        "note": "Task-level (Alg. 1) and sample-level (Alg. 2) DP-MAML",
+        "year": "n.d.",
+    },
+    "wang2023squeezing": {
+        "type": "misc",
+        "title": "Squeezing More Utility via Adaptive Clipping on Differentially Private Gradients in Federated Meta-Learning",
+        "author": "Wang, Ning and Zhang, Ning and Xiao, Yang and Lou, Wenjing and Chen, Yimin and Hou, Y. Thomas",
+        "note": "DP-FedMeta (DP-AGR, DP-AGRLR); shipped as shared/papers/dp-fedmeta.txt",
+        "year": "n.d.",
+    },
+    "li2020differentially": {
+        "type": "inproceedings",
+        "title": "Differentially Private Meta-Learning",
+        "author": "Li, Jeffrey and Khodak, Mikhail and Caldas, Sebastian and Talwalkar, Ameet",
+        "booktitle": "International Conference on Learning Representations (ICLR)",
+        "year": "2020",
+        "eprint": "1909.05830",
+    },
+}
+
+
+def bibtex(keys: Iterable[str]) -> str:
+    """BibTeX entries for ``keys`` (in order, duplicates dropped).
+
+    Raises:
+        ValueError: for an unknown key.
+    """
+    out = []
+    for key in dict.fromkeys(keys):
+        if key not in CITATIONS:
+            raise ValueError(f"unknown citation key {key!r}; known: {', '.join(sorted(CITATIONS))}")
+        fields = dict(CITATIONS[key])
+        kind = fields.pop("type")
+        if "eprint" in fields:
+            fields["archivePrefix"] = "arXiv"
+        body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields.items())
+        out.append(f"@{kind}{{{key},\n{body}\n}}")
+    return "\n\n".join(out)

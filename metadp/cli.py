@@ -1,0 +1,199 @@
+"""The ``metadp`` command: a thin wrapper over the library.
+
+Each subcommand calls one library function and prints the bound with its direction. Bad input exits
+with status 2 and one line on stderr naming the parameter and the allowed range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from metadp import __version__
+
+_EXAMPLES = {
+    "plan": "examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex",
+    "epsilon": ("examples:\n  metadp epsilon --sampling poisson --rate 0.004 --noise 1 --steps 250 --delta 1e-6\n"
+                "  metadp epsilon --sampling fixed --batch 256 --population 60000 --noise 1.1 --steps 14062 --delta 1e-5"),
+    "calibrate": ("examples:\n  metadp calibrate --target-epsilon 1 --delta 1e-6 --sampling poisson --rate 0.004 --steps 250\n"
+                  "  metadp calibrate --target-epsilon 2 --delta 1e-6 --sampling poisson --rate 0.004 --noise 1 --solve steps"),
+}
+
+
+class _UsageError(Exception):
+    """Raised instead of argparse's multi-line usage exit."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (handled in main)
+        raise _UsageError(message)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="metadp", description="Certified differential-privacy accounting for (meta-) learning.",
+                     epilog="Run 'metadp COMMAND --help' for a command's options and examples.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"metadp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("plan", help="report the certified (epsilon, delta) of a plan file (default: built-in DP-MAML plan)",
+                       epilog=_EXAMPLES["plan"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", nargs="?", help="TOML plan file (docs/plan-format.md); omitted: the built-in default plan")
+    _output_options(p)
+
+    e = sub.add_parser("epsilon", help="certified epsilon of a sampled Gaussian plan given on the command line",
+                       epilog=_EXAMPLES["epsilon"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    _plan_options(e, noise_required=True)
+    e.add_argument("--steps", type=_number("--steps", int), required=True, help="number of noisy steps")
+    _output_options(e)
+
+    c = sub.add_parser("calibrate", help="solve for the noise, steps or rate that meets a target epsilon",
+                       epilog=_EXAMPLES["calibrate"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--target-epsilon", type=_number("--target-epsilon", float), required=True)
+    _plan_options(c, noise_required=False)
+    c.add_argument("--steps", type=_number("--steps", int), help="number of noisy steps (solved for with --solve steps)")
+    c.add_argument("--solve", choices=("noise", "steps", "rate"), default="noise", help="what to solve for (default noise)")
+    _output_options(c, latex=False)
+    return parser
+
+
+def _number(flag: str, kind):
+    def parse(text: str):
+        try:
+            return kind(text) if kind is float else _parse_int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a {'number' if kind is float else 'whole number'}, got {text!r}")
+    return parse
+
+
+def _parse_int(text: str) -> int:
+    value = float(text)
+    if value != int(value):
+        raise ValueError(text)
+    return int(value)
+
+
+def _plan_options(p: argparse.ArgumentParser, noise_required: bool) -> None:
+    p.add_argument("--sampling", choices=("poisson", "fixed", "none"), required=True, help="how units are sampled per step")
+    p.add_argument("--rate", type=_number("--rate", float), help="Poisson sampling probability in [0, 1]")
+    p.add_argument("--batch", type=_number("--batch", int), help="batch size (fixed; or expected size for poisson)")
+    p.add_argument("--population", type=_number("--population", int), help="number of units sampled from")
+    p.add_argument("--noise", type=_number("--noise", float), required=noise_required, help="noise multiplier sigma / clip norm")
+    p.add_argument("--delta", type=_number("--delta", float), required=True, help="target delta in (0, 1)")
+    p.add_argument("--unit", choices=("record", "task"), default="record", help="privacy unit (default record)")
+    p.add_argument("--accountant", choices=("rdp",), default="rdp", help="accountant (default rdp)")
+
+
+def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    if latex:
+        p.add_argument("--latex", action="store_true", help="print the report as a LaTeX table row")
+    if p.prog.endswith("plan"):
+        p.add_argument("--accountant", choices=("rdp",), default=None, help="override the plan's accountant")
+
+
+def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optional[float] = None) -> dict:
+    sampling = {"scheme": args.sampling}
+    rate = args.rate if rate is None else rate
+    if rate is not None:
+        sampling["rate"] = rate
+    if args.batch is not None and not (args.sampling == "poisson" and rate is not None):
+        sampling["batch_size"] = args.batch
+    if args.population is not None:
+        sampling["population"] = args.population
+    d = {"name": "command-line plan", "unit": args.unit, "delta": args.delta, "accountant": args.accountant,
+         "sampling": sampling, "noise": {"mechanism": "gaussian", "multiplier": noise if noise is not None else 1.0}}
+    d["steps"] = steps if steps is not None else 1
+    return d
+
+
+def _emit(report, args) -> None:
+    if getattr(args, "json", False):
+        print(report.to_json())
+    elif getattr(args, "latex", False):
+        print(report.to_latex())
+    else:
+        print(report.to_table())
+
+
+def _cmd_plan(args) -> None:
+    from metadp.plan import default_plan, load_plan, plan_epsilon
+
+    plan = load_plan(args.file) if args.file else default_plan()
+    _emit(plan_epsilon(plan, accountant=args.accountant), args)
+
+
+def _cmd_epsilon(args) -> None:
+    from metadp.plan import Plan, plan_epsilon
+
+    plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps))
+    _emit(plan_epsilon(plan), args)
+
+
+def _cmd_calibrate(args) -> None:
+    from metadp.accounting import calibration
+    from metadp.plan import Plan, plan_epsilon
+
+    if args.solve == "noise":
+        if args.steps is None:
+            raise ValueError("--steps is required to solve for the noise")
+        template = Plan.from_dict(_plan_dict(args, 1.0, args.steps))
+        value = calibration.calibrate_noise(
+            lambda z: Plan.from_dict(_plan_dict(args, z, args.steps)).event(), args.target_epsilon,
+            template.delta, relation=template.relation, accountant=template.accountant)
+        plan = Plan.from_dict(_plan_dict(args, value, args.steps))
+    elif args.solve == "steps":
+        if args.noise is None:
+            raise ValueError("--noise is required to solve for the steps")
+        template = Plan.from_dict(_plan_dict(args, args.noise, 1))
+        value = calibration.max_steps(template.step_event(), args.target_epsilon, template.delta,
+                                      relation=template.relation, accountant=template.accountant)
+        if value == 0:
+            raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable: one step already exceeds it")
+        plan = Plan.from_dict(_plan_dict(args, args.noise, value))
+    else:
+        if args.sampling != "poisson":
+            raise ValueError("--solve rate needs --sampling poisson")
+        if args.noise is None or args.steps is None:
+            raise ValueError("--noise and --steps are required to solve for the rate")
+        template = Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=0.5))
+        value = calibration.max_rate(
+            lambda q: Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=q)).event(),
+            args.target_epsilon, template.delta, relation=template.relation, accountant=template.accountant)
+        if value == 0.0:
+            raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable at any rate >= 1e-12")
+        plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=value))
+    report = plan_epsilon(plan)
+    if args.json:
+        print(json.dumps({"solved": args.solve, "value": value, "target_epsilon": args.target_epsilon,
+                          "report": report.to_dict()}, indent=2))
+    else:
+        direction = {"noise": "smallest noise multiplier", "steps": "largest number of steps",
+                     "rate": "largest sampling rate"}[args.solve]
+        print(f"{direction} meeting epsilon <= {args.target_epsilon:g} at delta = {report.delta:g}: {value:.6g}")
+        print(report.headline())
+
+
+_COMMANDS = {"plan": _cmd_plan, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point; returns the exit status (0 ok, 2 bad input)."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        _COMMANDS[args.command](args)
+    except (_UsageError, ValueError) as err:
+        message = " ".join(str(err).split())  # exactly one line
+        print(f"metadp: error: {message}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into e.g. `head`: not an error of ours
+        sys.stderr.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Reports: a certified (epsilon, delta) with everything needed to defend and cite it.
+
+A ``Report`` carries the bound and its direction, the privacy unit, the neighbouring relation, the
+sampling scheme, the accountant, every assumption the bound rests on, the citation keys of the
+theorems used, and warnings. It renders as a plain-text table, JSON and a LaTeX table row. Printed
+epsilons are rounded **up** (``format_upper``), so a printed number is still an upper bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Dict, Optional, Tuple
+
+from metadp import __version__
+
+__all__ = ["Report", "build_report", "format_upper"]
+
+_UNIT_TEXT = {
+    "record": "one record (a single training example)",
+    "task": "one task or client (all of its data, as a whole)",
+}
+
+
+def format_upper(x: float, digits: int = 4) -> str:
+    """``x`` rounded up to ``digits`` significant digits, so the text never understates it."""
+    if x == 0 or math.isinf(x) or math.isnan(x):
+        return {True: "inf"}.get(math.isinf(x), "0" if x == 0 else "nan")
+    exponent = math.floor(math.log10(abs(x)))
+    decimals = digits - 1 - exponent
+    scaled = math.ceil(x * 10.0**decimals)
+    value = scaled / 10.0**decimals
+    if -4 <= exponent < 6:
+        return f"{value:.{max(decimals, 0)}f}"
+    return f"{value:.{digits - 1}e}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """The certified guarantee of a plan (epsilon is an upper bound)."""
+
+    name: str
+    epsilon: float  # certified upper bound
+    delta: float
+    unit: str
+    relation: str
+    sampling: Dict[str, Any]  # scheme, rate, batch_size, population
+    noise: Dict[str, Any]  # mechanism, multiplier or scale
+    steps: int
+    accountant: str
+    order: Optional[float]  # optimal Renyi order (RDP accountant), None/nan otherwise
+    conversion: str
+    assumptions: Tuple[str, ...]
+    citations: Tuple[str, ...]
+    warnings: Tuple[str, ...] = ()
+    claim: Optional[Dict[str, Any]] = None
+
+    bound = "upper"
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready dict; ``epsilon`` is the exact float (not rounded), ``bound`` says its direction."""
+        d = dataclasses.asdict(self)
+        d["bound"] = self.bound
+        d["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
+        d["epsilon_display"] = format_upper(self.epsilon)
+        d["order"] = None if self.order is None or math.isnan(self.order) else self.order
+        d["assumptions"] = list(self.assumptions)
+        d["citations"] = list(self.citations)
+        d["warnings"] = list(self.warnings)
+        d["metadp_version"] = __version__
+        return d
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def headline(self) -> str:
+        """One line: 'epsilon <= 1.147 (upper bound, RDP) at delta = 1e-06, unit task, add/remove'."""
+        return (f"epsilon <= {format_upper(self.epsilon)} (upper bound, {self.accountant.upper()} accountant) "
+                f"at delta = {self.delta:g}, unit {self.unit}, relation {self.relation}")
+
+    def to_table(self) -> str:
+        """Human-readable report."""
+        order = "" if self.order is None or math.isnan(self.order) else f", order {self.order:.4g}"
+        rows = [
+            ("epsilon", f"<= {format_upper(self.epsilon)}   (upper bound; {self.accountant.upper()} accountant, "
+                        f"{self.conversion} conversion{order})"),
+            ("delta", f"{self.delta:g}"),
+            ("unit", f"{self.unit}: {_UNIT_TEXT[self.unit]}"),
+            ("relation", _relation_text(self.relation, self.unit)),
+            ("sampling", _sampling_text(self.sampling, self.unit)),
+            ("noise", _noise_text(self.noise)),
+            ("steps", f"{self.steps:,}"),
+        ]
+        if self.claim and "epsilon" in self.claim:
+            rows.append(("claimed", f"epsilon = {self.claim['epsilon']:g} ({self.claim.get('source', 'no source given')})"))
+        width = max(len(k) for k, _ in rows)
+        lines = [f"metadp {__version__} privacy report: {self.name}", ""]
+        lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+        lines += ["", "Assumptions (the bound holds only if all of these are true):"]
+        lines += [f"  - {a}" for a in self.assumptions]
+        if self.warnings:
+            lines += ["", "WARNINGS:"]
+            lines += [f"  ! {w}" for w in self.warnings]
+        lines += ["", "Theorems used (BibTeX: metadp.citations.bibtex(report.citations)):"]
+        lines += [f"  [{c}]" for c in self.citations]
+        return "\n".join(lines)
+
+    def to_latex(self) -> str:
+        """A LaTeX table row (booktabs-style), preceded by a comment naming the columns."""
+        sampling = self.sampling["scheme"]
+        if sampling == "poisson":
+            sampling = f"Poisson ($q={self.sampling['rate']:.4g}$)"
+        elif sampling == "fixed":
+            sampling = f"fixed ${self.sampling['batch_size']}/{self.sampling['population']}$"
+        noise = (f"$z={self.noise['multiplier']:g}$" if self.noise["mechanism"] == "gaussian"
+                 else f"Laplace $b={self.noise['scale']:g}$")
+        relation = {"add_remove": "add/remove", "substitute": "substitution"}[self.relation]
+        delta = _latex_number(self.delta)
+        cells = [_latex_escape(self.name), self.unit, relation, sampling, noise, f"{self.steps:,}".replace(",", "{,}"),
+                 f"$\\le {format_upper(self.epsilon)}$", f"${delta}$", self.accountant.upper()]
+        header = "% plan & unit & relation & sampling & noise & steps & epsilon (upper bound) & delta & accountant"
+        return header + "\n" + " & ".join(cells) + " \\\\"
+
+
+def _latex_number(x: float) -> str:
+    mantissa, exponent = f"{x:.3g}e+0".split("e")[:2] if "e" not in f"{x:.3g}" else f"{x:.3g}".split("e")
+    exponent = int(exponent)
+    if exponent == 0:
+        return mantissa
+    return f"10^{{{exponent}}}" if mantissa == "1" else f"{mantissa}\\times 10^{{{exponent}}}"
+
+
+def _latex_escape(text: str) -> str:
+    for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#"),
+                 ("$", "\\$"), ("{", "\\{"), ("}", "\\}")):
+        text = text.replace(a, b)
+    return text
+
+
+def _relation_text(relation: str, unit: str) -> str:
+    if relation == "add_remove":
+        return f"add/remove: neighbouring datasets differ by one {unit} added or removed"
+    return f"substitution: neighbouring datasets differ by one {unit} replaced by another"
+
+
+def _sampling_text(s: Dict[str, Any], unit: str) -> str:
+    if s["scheme"] == "poisson":
+        expected = f" ({s['batch_size']:,} of {s['population']:,} {unit}s expected per step)" if s.get("batch_size") else ""
+        return f"Poisson, rate {s['rate']:.6g}{expected}"
+    if s["scheme"] == "fixed":
+        return f"fixed-size without replacement, {s['batch_size']:,} of {s['population']:,} {unit}s per step"
+    return f"none: every {unit} in every step"
+
+
+def _noise_text(n: Dict[str, Any]) -> str:
+    if n["mechanism"] == "gaussian":
+        return f"Gaussian, noise multiplier {n['multiplier']:g} (sigma = {n['multiplier']:g} x clip norm)"
+    return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
+
+
+def build_report(plan, epsilon: float, order: float, accountant) -> Report:
+    """Assembles the report of ``plan`` from an accountant's result (used by ``plan_epsilon``)."""
+    assumptions, citations, warnings = _analysis_notes(plan, accountant, order)
+    if plan.claim and "epsilon" in plan.claim:
+        claimed = float(plan.claim["epsilon"])
+        if claimed < epsilon * (1 - 1e-9):
+            warnings.append(f"the claimed epsilon {claimed:g} is BELOW the certified upper bound "
+                            f"{format_upper(epsilon)}: this analysis does not support the claim")
+    sampling = dataclasses.asdict(plan.sampling)
+    noise = {k: v for k, v in dataclasses.asdict(plan.noise).items() if v is not None}
+    return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
+                  sampling=sampling, noise=noise, steps=plan.steps, accountant=accountant.name,
+                  order=order, conversion=accountant.conversion, assumptions=tuple(assumptions),
+                  citations=tuple(dict.fromkeys(citations)), warnings=tuple(warnings), claim=plan.claim)
+
+
+def _analysis_notes(plan, accountant, order):
+    """The assumptions, citation keys and warnings that the plan's analysis rests on."""
+    unit = plan.unit
+    s = plan.sampling
+    assumptions = []
+    citations = ["mironov2017renyi"]
+    warnings = []
+    if plan.noise.mechanism == "gaussian":
+        assumptions.append(f"each step releases the sum of per-{unit} contributions, each clipped to L2 norm C, "
+                           f"plus Gaussian noise N(0, (zC)^2 I) with z = {plan.noise.multiplier:g}")
+    else:
+        assumptions.append(f"each step releases a query with L1 sensitivity 1 per {unit} plus Laplace noise of "
+                           f"scale {plan.noise.scale:g} per coordinate")
+    if s.scheme == "poisson":
+        assumptions.append(f"each {unit} joins each step's batch independently with probability {s.rate:.6g} "
+                           "(Poisson sampling), independently across steps")
+        citations.append("mironov2019sampled")
+        warnings.append("Poisson sampling is assumed: if the trainer uses fixed-size or shuffled batches, this "
+                        "number does not apply (use sampling.scheme = 'fixed', which costs more)")
+    elif s.scheme == "fixed":
+        assumptions.append(f"each step uses a uniformly random subset of exactly {s.batch_size} of the "
+                           f"{s.population} {unit}s, drawn without replacement, independently across steps")
+        assumptions.append("under substitution a clipped sum moves by up to 2C, so the noise is analysed at "
+                           "half its multiplier (sensitivity doubling)")
+        citations += ["balle2018privacy", "wang2019subsampled"]
+    else:
+        assumptions.append(f"every {unit} contributes to every step (no sampling, no amplification)")
+    assumptions.append(f"all {plan.steps:,} steps' outputs may be released; composition is adaptive")
+    assumptions.append("the clipping threshold and noise are fixed in advance or chosen from previously "
+                       "released noisy outputs (never from raw gradient norms)")
+    if accountant.conversion == "cks":
+        citations += ["canonne2020discrete", "asoodeh2021three"]
+        assumptions.append("RDP to (epsilon, delta) by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over "
+                           "the Renyi order")
+    if order is not None and math.isnan(order):
+        citations.append("bretagnolle1979estimation")
+    if unit == "task":
+        warnings.append("task-level guarantee: it protects a whole task or client. A single record that appears "
+                        "in many tasks or episodes has a different (record-level) guarantee, which this report "
+                        "does not give")
+    citations += list(plan.references)
+    return assumptions, citations, warnings

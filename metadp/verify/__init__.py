@@ -1,0 +1,1 @@
+"""Verification: high-precision references (``references``); empirical audits and cross-checks are planned."""
