@@ -1,0 +1,59 @@
+"""The metadp command: output carries the bound's direction and context; errors are one line, exit 2."""
+
+import json
+import subprocess
+import sys
+
+from metadp.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "metadp", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_plan_without_arguments_prints_the_default_report():
+    result = run("plan")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for needle in ("DP-MAML", "epsilon   <= 1.147", "upper bound", "delta     1e-06", "unit      task",
+                   "add/remove", "RDP accountant", "[mironov2019sampled]"):
+        assert needle in out, needle
+
+
+def test_epsilon_json(capsys):
+    code = main(["epsilon", "--sampling", "poisson", "--rate", "0.004", "--noise", "1", "--steps", "250",
+                 "--delta", "1e-6", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["bound"] == "upper" and d["accountant"] == "rdp" and d["relation"] == "add_remove"
+    assert 1.14 < d["epsilon"] < 1.147
+
+
+def test_calibrate_noise_meets_target(capsys):
+    code = main(["calibrate", "--target-epsilon", "1", "--delta", "1e-6", "--sampling", "poisson",
+                 "--rate", "0.004", "--steps", "250", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["solved"] == "noise"
+    assert 0.99 <= d["report"]["epsilon"] <= 1.0
+
+
+def test_calibrate_steps(capsys):
+    code = main(["calibrate", "--target-epsilon", "2", "--delta", "1e-6", "--sampling", "poisson",
+                 "--rate", "0.004", "--noise", "1", "--solve", "steps", "--json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["report"]["epsilon"] <= 2.0 and d["report"]["steps"] == d["value"] > 250
+
+
+def test_bad_input_is_one_line_exit_2():
+    result = run("epsilon", "--sampling", "poisson", "--rate", "2", "--noise", "1", "--steps", "3", "--delta", "1e-6")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sampling.rate" in lines[0] and "[0, 1]" in lines[0]
+
+
+def test_help_shows_an_example():
+    result = run("epsilon", "--help")
+    assert result.returncode == 0 and "metadp epsilon --sampling poisson" in result.stdout
