@@ -64,3 +64,4 @@ def test_load_plan_from_text_and_file(tmp_path):
 def test_unknown_key_suggests_correction():
     with pytest.raises(ValueError, match=r"sampling\.batchsize.*did you mean 'batch_size'"):
         _plan(sampling={"scheme": "poisson", "batchsize": 3, "population": 10})
+

@@ -22,7 +22,7 @@ import numpy as np
 
 from metadp._validation import check_delta, check_real
 
-__all__ = ["CONVERSIONS", "epsilon_from_rdp", "delta_from_rdp"]
+__all__ = ["CONVERSIONS", "epsilon_from_rdp", "epsilon_from_rdp_rows", "delta_from_rdp"]
 
 CONVERSIONS = ("cks", "classic")
 
@@ -63,6 +63,17 @@ def epsilon_from_rdp(orders, rdp, delta: float, method: str = "cks"):
         return 0.0, math.nan
     i = int(np.argmin(eps))
     return max(0.0, float(eps[i])), float(orders[i])
+
+
+def epsilon_from_rdp_rows(orders, rdp_rows, delta: float, method: str = "cks") -> np.ndarray:
+    """``epsilon_from_rdp`` for each row of a (rows, orders) matrix of RDP curves, vectorised."""
+    delta = check_delta("delta", delta)
+    rdp_rows = np.asarray(rdp_rows, dtype=np.float64)
+    orders, _ = _check(orders, rdp_rows[0] if len(rdp_rows) else np.asarray(orders, dtype=np.float64), method)
+    eps = np.min(_epsilon_per_order(orders[None, :], rdp_rows, delta, method), axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tv_ok = np.any(delta * delta + np.expm1(-rdp_rows) >= 0, axis=1)
+    return np.where(tv_ok, 0.0, np.maximum(eps, 0.0))
 
 
 def _epsilon_per_order(orders, rdp, delta, method):

@@ -24,7 +24,7 @@ from scipy import optimize
 
 from metadp._validation import check_count, check_delta, check_real
 from metadp.accounting import events as ev
-from metadp.accounting.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp
+from metadp.accounting.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
 from metadp.accounting.rdp import (
     gaussian_rdp,
     laplace_rdp,
@@ -257,7 +257,7 @@ class RdpAccountant:
         log_d, _ = self._refine(objective, math.log(d), order)
         return math.exp(log_d)
 
-    def _refine(self, objective, best: float, order: float) -> Tuple[float, float]:
+    def _refine(self, objective, best: float, order: float, xatol: float = 1e-7) -> Tuple[float, float]:
         """Minimises ``objective`` over the continuous order near the grid optimum ``order``."""
         grid = self._orders[np.isfinite(self._orders)]
         i = int(np.searchsorted(grid, order))
@@ -273,20 +273,25 @@ class RdpAccountant:
         hi = grid[i + 1] if i + 1 < len(grid) else grid[i] * 2.0
         result = optimize.minimize_scalar(
             lambda log_a: objective(math.exp(log_a)), bounds=(math.log(lo), math.log(hi)),
-            method="bounded", options={"xatol": 1e-7},
+            method="bounded", options={"xatol": xatol},
         )
         if result.fun < best:
             return float(result.fun), math.exp(float(result.x))
         return best, order
 
-    def trajectory(self, steps: Iterable[int], delta: float, step_event: ev.Event = None) -> np.ndarray:
+    def trajectory(self, steps: Iterable[int], delta: float, step_event: ev.Event = None,
+                   checkpoints: int = 32) -> np.ndarray:
         """Certified epsilon after each listed number of steps, computed incrementally.
 
         The step is ``step_event`` composed on top of everything in the ledger, or, when it is None,
         the event of the last ``compose`` call on top of the entries before it (so after
         ``compose(step, T)``, ``trajectory(range(1, T + 1), delta)`` is the epsilon after each step).
-        Each entry minimises over the order grid (a valid upper bound, within ~1e-3 relative of the
-        refined ``get_epsilon``); the step's RDP curve is computed once.
+
+        The step's RDP curve is computed once. The optimal order is refined continuously at
+        ``checkpoints`` log-spaced step counts and those orders join the grid; every entry is then
+        the best conversion over that enlarged grid: a valid upper bound (each order is evaluated
+        exactly), tested to be within 5e-3 relative of ``get_epsilon`` at every step count (0.3% seen
+        for noise 20, rate 0.01 at small step counts; 1e-4 on the default plan).
 
         Returns:
             float64 array of epsilons, one per listed step count.
@@ -299,7 +304,9 @@ class RdpAccountant:
             base_entries, step_event = self._ledger[:-1], self._ledger[-1].event
         else:
             base_entries = self._ledger
-        orders = self._orders
+        self._curve(step_event, tuple(self._orders))  # unsupported events raise here
+        orders = np.unique(np.concatenate([self._orders, self._checkpoint_orders(
+            base_entries, step_event, steps, delta, checkpoints)]))
         base = self._rdp_of(base_entries, orders)
         step = self._curve(step_event, tuple(orders))
         out = np.empty(len(steps))
@@ -307,8 +314,28 @@ class RdpAccountant:
             chunk = steps[start:start + 2048]
             with np.errstate(invalid="ignore"):
                 rdp = base[None, :] + np.where(chunk[:, None] == 0, 0.0, chunk[:, None] * step[None, :])
-            out[start:start + 2048] = [epsilon_from_rdp(orders, r, delta, self.conversion)[0] for r in rdp]
+            out[start:start + 2048] = epsilon_from_rdp_rows(orders, rdp, delta, self.conversion)
         return out
+
+    def _checkpoint_orders(self, base_entries, step_event, steps, delta, checkpoints) -> np.ndarray:
+        """Continuously optimal orders at a few log-spaced step counts (for ``trajectory``)."""
+        positive = np.unique(steps[steps > 0])
+        if len(positive) == 0 or checkpoints < 1:
+            return np.empty(0)
+        picks = np.unique(np.round(np.geomspace(1, len(positive), min(checkpoints, len(positive))))).astype(int) - 1
+        base_grid = self._rdp_of(base_entries, self._orders)
+        step_grid = self._curve(step_event, tuple(self._orders))
+        found = []
+        for t in positive[picks]:
+            def objective(alpha: float, t=t) -> float:
+                a = np.array([alpha])
+                r = self._rdp_of(base_entries, a) + t * self._curve(step_event, (alpha,))
+                return epsilon_from_rdp(a, r, delta, self.conversion)[0]
+
+            eps, order = epsilon_from_rdp(self._orders, base_grid + t * step_grid, delta, self.conversion)
+            if eps > 0 and np.isfinite(eps) and not math.isnan(order):
+                found.append(self._refine(objective, eps, order, xatol=1e-5)[1])
+        return np.array(found, dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=4096)

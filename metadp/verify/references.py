@@ -237,18 +237,32 @@ def _poisson_quad_a_minus_1(q, s, a, dps: int) -> mpmath.mpf:
     s2 = s * s
     norm = 1 / (s * mpmath.sqrt(2 * mpmath.pi))
 
-    def integrand(z):
+    def g_of(z):
         x = q * mpmath.expm1((2 * z - 1) / (2 * s2))
         if x == 0:
             return mpmath.mpf(0)
         # g(x) ~ a(a-1)/2 x^2 loses about -log2|x| bits to cancellation: add them back.
-        extra = max(0, -mpmath.mag(x)) + 20
-        with mpmath.extraprec(extra):
-            g = mpmath.expm1(a * mpmath.log1p(x)) - a * x
-        return g * norm * mpmath.exp(-z * z / (2 * s2))
+        with mpmath.extraprec(max(0, -mpmath.mag(x)) + 20):
+            return mpmath.expm1(a * mpmath.log1p(x)) - a * x
 
     points = _poisson_breakpoints(q, s, a)
-    value, error = mpmath.quad(integrand, points, error=True, maxdegree=10)
+    # mpmath.quad stops each interval on an *absolute* error of 2^-prec, so scale the
+    # integrand to be O(1) at its largest breakpoint value (breakpoints include the
+    # maxima): the tolerance then becomes relative to the peak, whether A - 1 is
+    # 1e-20 or e^(5e8).
+    log_peak = max(
+        mpmath.log(g) - p * p / (2 * s2) for p in points[1:-1] for g in [g_of(p)] if g > 0
+    )
+
+    def integrand(z):
+        g = g_of(z)
+        if g == 0:
+            return g
+        return g * mpmath.exp(-z * z / (2 * s2) - log_peak)
+
+    scaled, error = mpmath.quad(integrand, points, error=True, maxdegree=10)
+    value = scaled * norm * mpmath.exp(log_peak)
+    error = error * norm * mpmath.exp(log_peak)
     if not (value > 0) or error > value * mpmath.mpf(10) ** (-dps):
         raise ArithmeticError(
             f"quadrature did not reach {dps} digits for rate={q}, noise_multiplier={s}, "
