@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable
 
-__all__ = ["CITATIONS", "bibtex"]
+__all__ = ["CITATIONS", "bibtex", "short_reference"]
 
 CITATIONS: Dict[str, Dict[str, str]] = {
     "mironov2017renyi": {
@@ -79,8 +79,8 @@ CITATIONS: Dict[str, Dict[str, str]] = {
     "dpmaml": {
         "type": "misc",
         "title": "Meta-Learning with Differential Privacy (DP-MAML)",
-        "author": "{Authors not given in the source text shipped as shared/papers/dp-maml.txt}",
-        "note": "Task-level (Alg. 1) and sample-level (Alg. 2) DP-MAML",
+        "author": "{Unknown}",
+        "note": "Authors not given in the source text shipped as shared/papers/dp-maml.txt; task-level (Alg. 1) and sample-level (Alg. 2) DP-MAML",
         "year": "n.d.",
     },
     "wang2023squeezing": {
@@ -118,3 +118,15 @@ def bibtex(keys: Iterable[str]) -> str:
         body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields.items())
         out.append(f"@{kind}{{{key},\n{body}\n}}")
     return "\n\n".join(out)
+
+
+def short_reference(key: str) -> str:
+    """'Mironov, Talwar & Zhang 2019, <title> (arXiv:1908.10530)' for a citation key."""
+    entry = CITATIONS[key]
+    names = [a.split(",")[0].strip("{} ") for a in entry["author"].split(" and ")]
+    authors = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " & " + names[-1]
+    if len(names) > 3:
+        authors = names[0] + " et al."
+    title = entry["title"].replace("{\\'e}", "e").replace('{\\"u}', "u").replace("{", "").replace("}", "")
+    arxiv = f" (arXiv:{entry['eprint']})" if "eprint" in entry else ""
+    return f"{authors} {entry['year']}, {title}{arxiv}"

@@ -42,14 +42,6 @@ def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
             raise ValueError(f"{prefix}{key} is not a known plan key{hint}")
 
 
-def _field(name: str, check, *args, **kwargs):
-    """Runs a validator and re-raises its error under the dotted plan key ``name``."""
-    try:
-        return check(name, *args, **kwargs)
-    except ValueError as err:
-        raise ValueError(str(err)) from None
-
-
 def _choice(name: str, value, allowed: Tuple[str, ...]) -> str:
     if value not in allowed:
         close = difflib.get_close_matches(str(value), allowed, n=1)
@@ -206,10 +198,6 @@ class Plan:
     def event(self) -> ev.Event:
         """The event of the whole plan: ``steps`` compositions of the step event."""
         return ev.SelfComposed(self.step_event(), self.steps)
-
-    def replace(self, **changes) -> "Plan":
-        """A copy with some fields replaced (re-validated through the dict form)."""
-        return dataclasses.replace(self, **changes)
 
 
 def _steps(d: Mapping, sampling: SamplingSpec) -> int:

@@ -14,6 +14,7 @@ import math
 from typing import Any, Dict, Optional, Tuple
 
 from metadp import __version__
+from metadp.citations import short_reference
 
 __all__ = ["Report", "build_report", "format_upper"]
 
@@ -103,7 +104,7 @@ class Report:
             lines += ["", "WARNINGS:"]
             lines += [f"  ! {w}" for w in self.warnings]
         lines += ["", "Theorems used (BibTeX: metadp.citations.bibtex(report.citations)):"]
-        lines += [f"  [{c}]" for c in self.citations]
+        lines += [f"  [{c}] {short_reference(c)}" for c in self.citations]
         return "\n".join(lines)
 
     def to_latex(self) -> str:
