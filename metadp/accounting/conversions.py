@@ -57,9 +57,7 @@ def epsilon_from_rdp(orders, rdp, delta: float, method: str = "cks"):
     delta = check_delta("delta", delta)
     orders, rdp = _check(orders, rdp, method)
     eps = _epsilon_per_order(orders, rdp, delta, method)
-    with np.errstate(over="ignore", invalid="ignore"):
-        tv_ok = delta * delta + np.expm1(-rdp) >= 0  # sqrt(1 - e^{-rdp}) <= delta
-    if np.any(tv_ok):
+    if np.any(_tv_delta(rdp) <= delta):
         return 0.0, math.nan
     i = int(np.argmin(eps))
     return max(0.0, float(eps[i])), float(orders[i])
@@ -68,12 +66,25 @@ def epsilon_from_rdp(orders, rdp, delta: float, method: str = "cks"):
 def epsilon_from_rdp_rows(orders, rdp_rows, delta: float, method: str = "cks") -> np.ndarray:
     """``epsilon_from_rdp`` for each row of a (rows, orders) matrix of RDP curves, vectorised."""
     delta = check_delta("delta", delta)
-    rdp_rows = np.asarray(rdp_rows, dtype=np.float64)
-    orders, _ = _check(orders, rdp_rows[0] if len(rdp_rows) else np.asarray(orders, dtype=np.float64), method)
+    rdp_rows = np.atleast_2d(np.asarray(rdp_rows, dtype=np.float64))
+    orders, _ = _check(orders, rdp_rows[0], method)
+    if rdp_rows.shape[1] != len(orders):
+        raise ValueError(f"rdp_rows must have {len(orders)} columns (one per order), got {rdp_rows.shape[1]}")
+    if np.any(np.isnan(rdp_rows)) or np.any(rdp_rows < 0):
+        raise ValueError("rdp values must be >= 0 (not nan)")
     eps = np.min(_epsilon_per_order(orders[None, :], rdp_rows, delta, method), axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        tv_ok = np.any(delta * delta + np.expm1(-rdp_rows) >= 0, axis=1)
+    tv_ok = np.any(_tv_delta(rdp_rows) <= delta, axis=1)
     return np.where(tv_ok, 0.0, np.maximum(eps, 0.0))
+
+
+def _tv_delta(rdp):
+    """Total-variation bound sqrt(1 - e^{-rdp}) >= TV (Bretagnolle-Huber; KL <= D_alpha), rounded up.
+
+    The factor 1 + 8 eps covers the rounding of expm1 and sqrt, so the float is never below the
+    exact value (the pessimistic direction for a delta).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.minimum(1.0, np.sqrt(-np.expm1(-np.asarray(rdp, dtype=np.float64))) * (1.0 + 8 * np.finfo(float).eps))
 
 
 def _epsilon_per_order(orders, rdp, delta, method):
@@ -108,8 +119,8 @@ def delta_from_rdp(orders, rdp, epsilon: float, method: str = "cks"):
     i = int(np.argmin(log_delta))
     best, order = float(log_delta[i]), float(orders[i])
     # KL <= D_alpha for every alpha, so the smallest RDP value gives the tightest TV bound.
-    with np.errstate(divide="ignore"):
-        tv = 0.5 * math.log(-math.expm1(-float(np.min(rdp)))) if np.min(rdp) > 0 else -math.inf
+    tv_delta = float(_tv_delta(np.min(rdp)))
+    tv = math.log(tv_delta) if tv_delta > 0 else -math.inf
     if tv < best:
         best, order = tv, math.nan
     return float(min(1.0, math.exp(min(best, 0.0)))), order

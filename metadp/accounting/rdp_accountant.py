@@ -2,9 +2,9 @@
 
 The accountant keeps a ledger of ``(event, count)`` and evaluates the composed RDP curve
 sum_i count_i * eps_i(alpha) at any order on demand, so the conversion to (epsilon, delta) is not
-limited to a fixed grid: ``get_epsilon`` evaluates a default grid (1.01 to 2^20), then minimises over
-the continuous order around the best grid point (Brent's method) and extends the grid when the
-optimum lies at its end. Every returned value is the conversion evaluated at an order where the RDP
+limited to a fixed grid: ``get_epsilon`` evaluates a default grid (1.01 to 4096), then minimises over
+the continuous order around the best grid point (Brent's method), and doubles the order beyond the
+grid while that improves the bound (up to 1e12), so very noisy plans are not capped. Every returned value is the conversion evaluated at an order where the RDP
 curve was computed, hence a valid upper bound.
 
 Neighbouring relation (``relation``): ``"add_remove"`` (one unit added or removed) or ``"substitute"``
@@ -41,7 +41,9 @@ RELATIONS = ("add_remove", "substitute")
 def _default_orders() -> np.ndarray:
     fractional = 1.0 + np.array([0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
     small_integers = np.arange(2, 65, dtype=np.float64)
-    large = np.unique(np.round(np.geomspace(64, 2.0**20, 70)))[1:]
+    # Beyond 4096 the grid is extended on demand (``_refine`` doubles the order while it helps),
+    # so very noisy plans are not capped while ordinary ones do not pay for huge orders.
+    large = np.unique(np.round(np.geomspace(64, 4096, 25)))[1:]
     return np.concatenate([fractional, small_integers, large])
 
 
@@ -167,8 +169,8 @@ class RdpAccountant:
     Example:
         >>> from metadp.accounting import RdpAccountant, PoissonSampled, Gaussian
         >>> acc = RdpAccountant().compose(PoissonSampled(0.004, Gaussian(1.0)), 250)
-        >>> round(acc.get_epsilon(1e-6), 3)
-        1.147
+        >>> round(acc.get_epsilon(1e-6), 4)
+        1.1464
     """
 
     name = "rdp"
@@ -322,7 +324,10 @@ class RdpAccountant:
         positive = np.unique(steps[steps > 0])
         if len(positive) == 0 or checkpoints < 1:
             return np.empty(0)
-        picks = np.unique(np.round(np.geomspace(1, len(positive), min(checkpoints, len(positive))))).astype(int) - 1
+        if len(positive) <= checkpoints:
+            picks = np.arange(len(positive))
+        else:  # log-spaced indices, deduplicated after rounding (so fewer than `checkpoints` may remain)
+            picks = np.unique(np.round(np.geomspace(1, len(positive), checkpoints)).astype(int)) - 1
         base_grid = self._rdp_of(base_entries, self._orders)
         step_grid = self._curve(step_event, tuple(self._orders))
         found = []

@@ -281,7 +281,8 @@ def _poisson_series_a(q, s, a, tol, max_terms: int) -> Tuple[mpmath.mpf, mpmath.
     so for i > a the terms alternate in sign (with C(a,i)) and decrease strictly in
     magnitude (|C(a,i+1)/C(a,i)| = (i-a)/(i+1) < 1 and erfcx is decreasing). Hence,
     by the alternating-series test, stopping before the first term i > a with
-    |t_i| <= tol * |partial sum| leaves a remainder of magnitude <= |t_i|.
+    |t_i| <= tol * S |log S| (S the partial sum) leaves a remainder of magnitude
+    <= |t_i|, i.e. a relative error of about tol in log A.
     """
     s2 = s * s
     z0 = s2 * mpmath.log((1 - q) / q) + mpmath.mpf(1) / 2
@@ -301,7 +302,9 @@ def _poisson_series_a(q, s, a, tol, max_terms: int) -> Tuple[mpmath.mpf, mpmath.
             * mpmath.erfc((z0 - j) / root2s) / 2
         )
         term = coef * (t0 + t1)
-        if i > a and abs(term) <= tol * abs(total):
+        # The remainder |R| <= |term| moves log A by about |R| / A; compare that with
+        # tol * |log A| so that tiny log A (q = 1e-8) keeps its relative accuracy.
+        if i > a and total > 0 and abs(term) <= tol * total * abs(mpmath.log(total)):
             return total, abs(term) + total_abs * mpmath.eps
         total += term
         total_abs += abs(term)
@@ -342,7 +345,7 @@ def ref_poisson_gaussian_log_a(
         relative.
       * "series" (fractional alpha, moderate regimes): the MTZ two-series formula,
         Sec. 3.3, summed until the alternating tail is provably below `series_tol`
-        relative (see `_poisson_series_a`); raises ArithmeticError when that takes
+        relative to log A (see `_poisson_series_a`); raises ArithmeticError when that takes
         more than `series_max_terms` terms (its tail decays only like i^-(alpha+2)).
 
     "auto" is "binomial" for integer orders and "quad" otherwise.
@@ -354,7 +357,7 @@ def ref_poisson_gaussian_log_a(
       order: alpha > 1 (an integer for "binomial").
       method: "auto", "binomial", "quad" or "series".
       dps: decimal digits of the result (>= 60).
-      series_tol: relative tolerance of the "series" method; default 10^-dps.
+      series_tol: tolerance of the "series" method, relative to log A; default 10^-dps.
       series_max_terms: term cap of the "series" method.
 
     Returns:
