@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import List, Optional
 
@@ -71,7 +72,7 @@ def _number(flag: str, kind):
 
 def _parse_int(text: str) -> int:
     value = float(text)
-    if value != int(value):
+    if not math.isfinite(value) or value != int(value):
         raise ValueError(text)
     return int(value)
 

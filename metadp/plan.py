@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 from metadp._validation import check_count, check_delta, check_positive, check_probability
 from metadp.accounting import events as ev
 from metadp.accounting.calibration import ACCOUNTANTS
+from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
 from metadp.report import Report, build_report
 
@@ -32,6 +33,10 @@ _TOP_KEYS = ("name", "description", "unit", "relation", "delta", "steps", "epoch
 _SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate")
 _NOISE_KEYS = ("mechanism", "multiplier", "scale")
 _CLAIM_KEYS = ("epsilon", "source")
+_PLANNED_KEYS = {
+    "group_size": "group privacy arrives with the amplification module (DESIGN.md sec. 3.8)",
+    "hierarchy": "episodic multistage sampling arrives with the amplification module (DESIGN.md sec. 3.6)",
+}
 
 
 def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
@@ -152,15 +157,21 @@ class Plan:
     def from_dict(cls, d: Mapping) -> "Plan":
         if not isinstance(d, Mapping):
             raise ValueError(f"a plan must be a table/dict, got {type(d).__name__}")
+        for key in _PLANNED_KEYS:
+            if key in d:
+                raise ValueError(f"{key} is not available yet: {_PLANNED_KEYS[key]}")
         _check_keys(d, _TOP_KEYS, "")
         sampling = SamplingSpec.from_dict(_table(d, "sampling"))
         noise = NoiseSpec.from_dict(_table(d, "noise"))
         if "delta" not in d:
             raise ValueError("delta is required (the target delta, in (0, 1))")
         delta = check_delta("delta", d["delta"])
-        unit = _choice("unit", d.get("unit", "record"), UNITS) if d.get("unit") != "group" else None
-        if unit is None:
-            raise ValueError("unit = 'group' is not available yet (group privacy arrives with the amplification module)")
+        if "unit" not in d:
+            raise ValueError("unit is required: whom the guarantee protects, one of " + ", ".join(UNITS)
+                             + " (never implied, DESIGN.md sec. 2)")
+        if d["unit"] == "group":
+            raise ValueError("unit = 'group' is not available yet: " + _PLANNED_KEYS["group_size"])
+        unit = _choice("unit", d["unit"], UNITS)
         default_relation = "substitute" if sampling.scheme == "fixed" else "add_remove"
         relation = _choice("relation", d.get("relation", default_relation), ("add_remove", "substitute"))
         if sampling.scheme == "fixed" and relation != "substitute":
@@ -175,6 +186,8 @@ class Plan:
             if key not in CITATIONS:
                 raise ValueError(f"references contains unknown citation key {key!r}")
         claim = d.get("claim")
+        if claim is not None and not isinstance(claim, Mapping):
+            raise ValueError(f"claim must be a table with keys {', '.join(_CLAIM_KEYS)}, got {claim!r}")
         if claim is not None:
             _check_keys(claim, _CLAIM_KEYS, "claim.")
             if "epsilon" in claim:
@@ -182,9 +195,20 @@ class Plan:
         name = d.get("name", "unnamed plan")
         if not isinstance(name, str):
             raise ValueError(f"name must be a string, got {name!r}")
-        return cls(name=name, unit=unit, relation=relation, delta=delta, steps=steps, sampling=sampling,
+        plan = cls(name=name, unit=unit, relation=relation, delta=delta, steps=steps, sampling=sampling,
                    noise=noise, accountant=accountant, description=str(d.get("description", "")),
                    references=references, claim=dict(claim) if claim else None)
+        plan._check_supported()
+        return plan
+
+    def _check_supported(self) -> None:
+        """Rejects, at load time, a mechanism/sampling combination the accountant cannot analyse."""
+        try:
+            ACCOUNTANTS[self.accountant](relation=self.relation).compose(self.step_event())
+        except UnsupportedEventError as err:
+            raise ValueError(f"noise.mechanism = '{self.noise.mechanism}' with sampling.scheme = "
+                             f"'{self.sampling.scheme}' is not supported by the {self.accountant} accountant "
+                             f"({err})") from None
 
     def step_event(self) -> ev.Event:
         """The event of one training step."""

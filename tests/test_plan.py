@@ -9,7 +9,7 @@ from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 
 
 def _plan(**overrides):
-    d = {"delta": 1e-5, "steps": 10, "sampling": {"scheme": "poisson", "rate": 0.01}, "noise": {"multiplier": 1.0}}
+    d = {"unit": "record", "delta": 1e-5, "steps": 10, "sampling": {"scheme": "poisson", "rate": 0.01}, "noise": {"multiplier": 1.0}}
     d.update(overrides)
     return Plan.from_dict(d)
 
@@ -42,7 +42,7 @@ def test_no_sampling_and_laplace():
 def test_epochs_count_steps():
     # 60 epochs of 60,000 records in lots of 256: ceil(60 * 60000 / 256) = 14,063 steps.
     plan = Plan.from_dict({
-        "delta": 1e-5, "epochs": 60, "sampling": {"scheme": "poisson", "population": 60000, "batch_size": 256},
+        "unit": "record", "delta": 1e-5, "epochs": 60, "sampling": {"scheme": "poisson", "population": 60000, "batch_size": 256},
         "noise": {"multiplier": 1.1}})
     assert plan.steps == math.ceil(60 * 60000 / 256)
 
@@ -53,7 +53,7 @@ def test_poisson_rate_from_batch_size():
 
 
 def test_load_plan_from_text_and_file(tmp_path):
-    text = 'delta = 1e-5\nsteps = 3\n[sampling]\nscheme = "none"\n[noise]\nmultiplier = 4.0\n'
+    text = 'unit = "record"\ndelta = 1e-5\nsteps = 3\n[sampling]\nscheme = "none"\n[noise]\nmultiplier = 4.0\n'
     from_text = load_plan(text)
     path = tmp_path / "p.toml"
     path.write_text(text)

@@ -52,7 +52,7 @@ def test_table_states_unit_relation_direction_and_citations():
 
 
 def test_latex_row_has_nine_cells_and_escapes():
-    plan = Plan.from_dict({"name": "a_b & 50%", "delta": 1e-5, "steps": 10,
+    plan = Plan.from_dict({"name": "a_b & 50%", "unit": "record", "delta": 1e-5, "steps": 10,
                            "sampling": {"scheme": "fixed", "batch_size": 10, "population": 100},
                            "noise": {"multiplier": 2.0}})
     row = plan_epsilon(plan).to_latex().splitlines()[1]
@@ -73,7 +73,7 @@ def test_claim_below_certified_bound_is_flagged():
 
 
 def test_fixed_size_report_states_sensitivity_doubling():
-    plan = Plan.from_dict({"delta": 1e-5, "steps": 100, "sampling": {"scheme": "fixed", "batch_size": 256,
+    plan = Plan.from_dict({"unit": "record", "delta": 1e-5, "steps": 100, "sampling": {"scheme": "fixed", "batch_size": 256,
                            "population": 60000}, "noise": {"multiplier": 1.1}})
     report = plan_epsilon(plan)
     assert report.relation == "substitute"

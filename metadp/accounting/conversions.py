@@ -100,8 +100,10 @@ def _epsilon_per_order(orders, rdp, delta, method):
     return np.where(np.isnan(eps), np.inf, eps)
 
 
-def delta_from_rdp(orders, rdp, epsilon: float, method: str = "cks"):
+def delta_from_rdp(orders, rdp, epsilon: float, method: str = "cks", total_variation: bool = True):
     """Smallest certified delta for a given epsilon over the given orders.
+
+    ``total_variation=False`` leaves out the total-variation bound (used when refining the order).
 
     Returns:
         (delta, alpha): the bound in [0, 1] and the order attaining it (nan for the TV bound).
@@ -118,9 +120,11 @@ def delta_from_rdp(orders, rdp, epsilon: float, method: str = "cks"):
         log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
     i = int(np.argmin(log_delta))
     best, order = float(log_delta[i]), float(orders[i])
+    if not total_variation:
+        return float(min(1.0, math.exp(min(best, 0.0)))), order
     # KL <= D_alpha for every alpha, so the smallest RDP value gives the tightest TV bound.
     tv_delta = float(_tv_delta(np.min(rdp)))
-    tv = math.log(tv_delta) if tv_delta > 0 else -math.inf
-    if tv < best:
-        best, order = tv, math.nan
-    return float(min(1.0, math.exp(min(best, 0.0)))), order
+    conversion_delta = float(min(1.0, math.exp(min(best, 0.0))))
+    if tv_delta < conversion_delta:  # returned as computed, not through log/exp, so it round-trips
+        return tv_delta, math.nan
+    return conversion_delta, order

@@ -245,19 +245,21 @@ class RdpAccountant:
         return self._refine(objective, eps, order)
 
     def get_delta(self, epsilon: float) -> float:
-        """Certified delta at ``epsilon`` (upper bound)."""
+        """Certified delta at ``epsilon`` (upper bound): the smaller of the refined conversion and
+        the total-variation bound."""
         epsilon = check_real("epsilon", epsilon, low=0.0)
 
         def objective(alpha: float) -> float:
             r = self._rdp_of(self._ledger, np.array([alpha]))
-            d = delta_from_rdp([alpha], r, epsilon, self.conversion)[0]
+            d = delta_from_rdp([alpha], r, epsilon, self.conversion, total_variation=False)[0]
             return math.log(d) if d > 0 else -math.inf
 
-        d, order = delta_from_rdp(self._orders, self._grid_rdp, epsilon, self.conversion)
-        if d == 0.0 or d >= 1.0 or math.isnan(order):
-            return d
-        log_d, _ = self._refine(objective, math.log(d), order)
-        return math.exp(log_d)
+        d, order = delta_from_rdp(self._orders, self._grid_rdp, epsilon, self.conversion, total_variation=False)
+        if 0.0 < d < 1.0:
+            log_d, _ = self._refine(objective, math.log(d), order)
+            d = math.exp(log_d)
+        tv, _ = delta_from_rdp(self._orders, self._grid_rdp, epsilon, self.conversion)
+        return min(d, tv)
 
     def _refine(self, objective, best: float, order: float, xatol: float = 1e-7) -> Tuple[float, float]:
         """Minimises ``objective`` over the continuous order near the grid optimum ``order``."""
@@ -273,6 +275,15 @@ class RdpAccountant:
             i += 1
         lo = grid[i - 1] if i > 0 else 1.0 + 1e-6
         hi = grid[i + 1] if i + 1 < len(grid) else grid[i] * 2.0
+        # RDP curves can jump sharply between grid points (e.g. from 7e-5 at order 64 to 14 at 66):
+        # scan the bracket densely first so Brent starts next to the true minimum.
+        scan = np.geomspace(lo, hi, 17)[1:-1]
+        values = [objective(a) for a in scan]
+        j = int(np.argmin(values))
+        if values[j] < best:
+            best, order = float(values[j]), float(scan[j])
+        points = np.concatenate([[lo], scan, [hi]])
+        lo, hi = points[j], points[j + 2]
         result = optimize.minimize_scalar(
             lambda log_a: objective(math.exp(log_a)), bounds=(math.log(lo), math.log(hi)),
             method="bounded", options={"xatol": xatol},

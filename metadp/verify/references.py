@@ -36,9 +36,9 @@ __all__ = [
 ]
 
 DEFAULT_DPS = 60
-_GUARD_DPS = 15
-# Sum of the binomial series is a sum of non-negative terms; quad and series need a
-# little more room for their own error control.
+_GUARD_DPS = 15  # working digits beyond `dps`, absorbing rounding in sums and quadrature
+# Term cap of the MTZ two-series formula; where it needs more, its tail (decaying like
+# i^-(alpha+2)) makes it the wrong tool and it raises instead.
 _SERIES_MAX_TERMS = 20_000
 
 
@@ -46,11 +46,15 @@ _SERIES_MAX_TERMS = 20_000
 
 
 def _real(value, name: str) -> mpmath.mpf:
-    """Converts an int/float/mpf exactly to mpf, rejecting NaN."""
+    """Converts an int/float/mpf (exactly) or a decimal string to mpf, rejecting NaN."""
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     try:
-        x = mpmath.mpf(value)
+        if isinstance(value, mpmath.mpf):
+            x = value  # keep every digit the caller computed
+        else:
+            with mpmath.workdps(100):  # exact for int/float, 100 digits for a string
+                x = mpmath.mpf(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a real number, got {value!r}") from exc
     if mpmath.isnan(x):
@@ -206,11 +210,11 @@ def _poisson_breakpoints(q, s, a) -> list:
     if 0 < qf < 1:
         centres.append(sf * sf * math.log((1 - qf) / qf) + 0.5)  # z0: where q L(z) = 1 - q
     centres += _poisson_peaks(qf, sf, af)
-    # Offsets 0, 1, 3, 8 s, then geometric (x2.5) out to the span of the centres:
+    # Offsets 0, 3, 8 s, then geometric (x2.5) out to the span of the centres:
     # the integrand varies by e^(huge) between distant centres, and tanh-sinh copes
     # with an interval only if the integrand does not vary too steeply across it.
     span = max(abs(c) for c in centres) + 8.0 * sf
-    offsets = [0.0, 1.0, 3.0, 8.0]
+    offsets = [0.0, 3.0, 8.0]
     while offsets[-1] * sf < span:
         offsets.append(offsets[-1] * 2.5)
     points = set()
@@ -219,10 +223,10 @@ def _poisson_breakpoints(q, s, a) -> list:
             points.add(c + k * sf)
             points.add(c - k * sf)
     ordered = sorted(points)
-    # Drop points closer than s/4 to the previous one: they only cost evaluations.
+    # Drop points closer than s to the previous one: they only cost evaluations.
     merged = [ordered[0]]
     for p in ordered[1:]:
-        if p - merged[-1] > 0.25 * sf:
+        if p - merged[-1] > 1.0 * sf:
             merged.append(p)
     return [mpmath.ninf] + [mpmath.mpf(p) for p in merged] + [mpmath.inf]
 
@@ -340,9 +344,10 @@ def ref_poisson_gaussian_log_a(
         exp((k^2-k)/(2 s^2)) (MTZ Sec. 3.3), summed as A - 1 = sum_k w_k expm1(...) >= 0.
       * "quad" (any alpha > 1): mpmath.quad of A - 1 = E[g(q(L(Z) - 1))],
         g(x) = (1+x)^alpha - 1 - alpha x >= 0, over the real line split at 0, 0.5, 1,
-        2, z0 = s^2 log(1/q - 1) + 1/2, alpha, the integrand's maxima, and 1, 3, 8
-        s either side of each. Raises if mpmath's error estimate exceeds 10^-(dps+2)
-        relative.
+        2, z0 = s^2 log(1/q - 1) + 1/2, alpha, the integrand's maxima, and 3, 8, 20,
+        ... s (geometric) either side of each, with the integrand scaled to O(1) at
+        its largest breakpoint value. Raises if mpmath's error estimate exceeds
+        10^-dps relative.
       * "series" (fractional alpha, moderate regimes): the MTZ two-series formula,
         Sec. 3.3, summed until the alternating tail is provably below `series_tol`
         relative to log A (see `_poisson_series_a`); raises ArithmeticError when that takes
