@@ -1,0 +1,60 @@
+"""Dominating pairs: a mechanism's worst case as two distributions (P, Q) on the real line.
+
+For a mechanism M and a neighbouring relation, (P, Q) dominates M if for every neighbouring pair
+(D, D') and every epsilon, the hockey-stick divergence E_{e^eps}(M(D) || M(D')) is at most
+E_{e^eps}(P || Q) (Zhu, Dong & Wang 2022, arXiv:2106.08567, Def. 7). Everything the accountants need
+follows from the privacy loss L = log(dP/dQ):
+
+* the privacy profile delta(eps) = P(L > eps) - e^eps Q(L > eps)  (Balle et al. 2020, arXiv:1807.01647);
+* the privacy loss distribution (the law of L under P) and the law of L under Q, as CDF and
+  survival function (the PLD accountant discretises these; survival functions keep tail masses exact);
+* a sampler of P and Q, for empirical verification.
+
+Add/remove relations need both directions, (P, Q) for "add" and its mirror for "remove"; a mechanism's
+``pairs(relation)`` returns every pair whose worst case must be taken.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Tuple
+
+import numpy as np
+
+__all__ = ["DominatingPair"]
+
+
+class DominatingPair(abc.ABC):
+    """Two distributions (P, Q) on the real line and the privacy loss L = log dP/dQ between them."""
+
+    @abc.abstractmethod
+    def loss_cdf(self, loss, under: str = "P") -> np.ndarray:
+        """Pr[L <= loss] for X ~ P (``under="P"``) or X ~ Q (``under="Q"``), vectorised."""
+
+    @abc.abstractmethod
+    def loss_sf(self, loss, under: str = "P") -> np.ndarray:
+        """Pr[L > loss] under P or Q (computed directly, not as 1 - cdf, so tails stay exact)."""
+
+    @abc.abstractmethod
+    def log_ratio(self, x) -> np.ndarray:
+        """The privacy loss log(dP/dQ)(x) at outputs x (+inf where Q has no density)."""
+
+    @abc.abstractmethod
+    def sample(self, n: int, rng: np.random.Generator, under: str = "P") -> np.ndarray:
+        """n independent outputs drawn from P or Q."""
+
+    @abc.abstractmethod
+    def loss_range(self, tail: float) -> Tuple[float, float]:
+        """(lo, hi) with Pr_P[L < lo] <= tail and Pr_P[L > hi] <= tail (finite)."""
+
+    def profile(self, epsilon) -> np.ndarray:
+        """delta(eps) = Pr_P[L > eps] - e^eps Pr_Q[L > eps], the hockey-stick divergence E_{e^eps}(P||Q)."""
+        eps = np.asarray(epsilon, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            value = self.loss_sf(eps, "P") - np.exp(eps) * self.loss_sf(eps, "Q")
+        return np.clip(np.where(np.isnan(value), 0.0, value), 0.0, 1.0)
+
+    @staticmethod
+    def _check_under(under: str) -> None:
+        if under not in ("P", "Q"):
+            raise ValueError(f"under must be 'P' or 'Q', got {under!r}")

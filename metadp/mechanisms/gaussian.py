@@ -1,0 +1,157 @@
+"""Gaussian mechanisms as dominating pairs: plain, Poisson-subsampled, and mixtures of shifts.
+
+All are instances of one pair, with noise N(0, sigma^2) and shifts in units of the sensitivity:
+
+    "add":    P = sum_k w_k N(s_k, sigma^2),   Q = N(0, sigma^2)
+    "remove": P = N(0, sigma^2),               Q = sum_k w_k N(s_k, sigma^2)
+
+with weights w_k summing to 1 and shifts s_k >= 0. The plain Gaussian is w = (1,), s = (1,); the
+Poisson-subsampled Gaussian is w = (1-q, q), s = (0, 1) (Mironov, Talwar & Zhang 2019; Koskela et al.
+2020); an episodic record that appears in K ~ Binomial(L, eta) episodes is w_k = Bin(k; L, eta),
+s_k = 2k (DESIGN.md 3.7). The privacy loss L_add(x) = log sum_k w_k exp((2 s_k x - s_k^2)/(2 sigma^2))
+is increasing in x, so every loss quantile is a Gaussian quantile at x(l) = L_add^{-1}(l).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence, Tuple
+
+import numpy as np
+from scipy import special
+
+from metadp._validation import check_positive, check_probability
+from metadp.mechanisms.base import DominatingPair
+
+__all__ = ["GaussianMixturePair", "gaussian_pair", "poisson_gaussian_pairs"]
+
+
+class GaussianMixturePair(DominatingPair):
+    """The pair above, for one direction (``"add"`` or ``"remove"``).
+
+    Args:
+        weights: mixture weights w_k >= 0 (normalised to sum 1).
+        shifts: shifts s_k >= 0 in units of the sensitivity, at least one > 0.
+        sigma: noise multiplier (standard deviation in units of the sensitivity), > 0.
+        direction: ``"add"`` (P is the mixture) or ``"remove"`` (Q is the mixture).
+    """
+
+    def __init__(self, weights: Sequence[float], shifts: Sequence[float], sigma: float, direction: str = "add"):
+        w = np.asarray(weights, dtype=np.float64)
+        s = np.asarray(shifts, dtype=np.float64)
+        if w.ndim != 1 or w.shape != s.shape or len(w) == 0:
+            raise ValueError("weights and shifts must be 1-d sequences of the same non-zero length")
+        if np.any(~np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("weights must be finite, >= 0 and not all 0")
+        if np.any(~np.isfinite(s)) or np.any(s < 0) or not np.any((s > 0) & (w > 0)):
+            raise ValueError("shifts must be finite, >= 0, and some shift with positive weight must be > 0")
+        if direction not in ("add", "remove"):
+            raise ValueError(f"direction must be 'add' or 'remove', got {direction!r}")
+        keep = w > 0
+        self.weights = w[keep] / w.sum()
+        self.shifts = s[keep]
+        self.sigma = check_positive("sigma", sigma)
+        self.direction = direction
+        self._log_w = np.log(self.weights)
+        self._a = self.shifts / self.sigma**2  # slope of each component's log-likelihood ratio
+        self._b = self.shifts**2 / (2 * self.sigma**2)
+        zero = self.shifts == 0
+        # inf_x L_add(x) = log(total weight of zero shifts) (or -inf)
+        self._loss_floor = float(np.log(self.weights[zero].sum())) if np.any(zero) else -math.inf
+
+    # -- the increasing loss L_add and its inverse ----------------------------------------------
+
+    def _loss_add(self, x: np.ndarray) -> np.ndarray:
+        return special.logsumexp(self._log_w + self._a * x[..., None] - self._b, axis=-1)
+
+    def _inverse_add(self, loss: np.ndarray) -> np.ndarray:
+        """x with L_add(x) = loss; -inf at or below the loss floor, +inf for +inf."""
+        loss = np.asarray(loss, dtype=np.float64)
+        out = np.full(loss.shape, -np.inf)
+        ok = loss > self._loss_floor
+        out[np.isposinf(loss)] = np.inf
+        ok &= np.isfinite(loss)
+        if not np.any(ok):
+            return out
+        target = loss[ok]
+        # Start right of the root (the largest single-term solution: one term alone reaches target)
+        # and run Newton on the convex increasing function L_add: iterates decrease to the root.
+        positive = self._a > 0
+        x = np.max((target[:, None] - self._log_w[positive] + self._b[positive]) / self._a[positive], axis=1)
+        for _ in range(200):
+            terms = self._log_w + self._a * x[:, None] - self._b
+            value = special.logsumexp(terms, axis=1)
+            slope = np.sum(special.softmax(terms, axis=1) * self._a, axis=1)
+            step = (value - target) / slope
+            x = x - step
+            if np.all(np.abs(step) <= 1e-15 * np.maximum(1.0, np.abs(x))):
+                break
+        out[ok] = x
+        return out
+
+    # -- DominatingPair interface --------------------------------------------------------------
+
+    def log_ratio(self, x) -> np.ndarray:
+        value = self._loss_add(np.asarray(x, dtype=np.float64))
+        return value if self.direction == "add" else -value
+
+    def _mixture_cdf(self, x, upper: bool) -> np.ndarray:
+        """Pr[X <= x] (or Pr[X > x] if upper) for X ~ the mixture."""
+        z = (x[..., None] - self.shifts) / self.sigma
+        return np.sum(self.weights * special.ndtr(-z if upper else z), axis=-1)
+
+    def _null_cdf(self, x, upper: bool) -> np.ndarray:
+        return special.ndtr(-x / self.sigma if upper else x / self.sigma)
+
+    def loss_cdf(self, loss, under: str = "P") -> np.ndarray:
+        return self._loss_tail(loss, under, upper=False)
+
+    def loss_sf(self, loss, under: str = "P") -> np.ndarray:
+        return self._loss_tail(loss, under, upper=True)
+
+    def _loss_tail(self, loss, under: str, upper: bool) -> np.ndarray:
+        self._check_under(under)
+        loss = np.asarray(loss, dtype=np.float64)
+        mixture = (under == "P") == (self.direction == "add")
+        dist = self._mixture_cdf if mixture else self._null_cdf
+        with np.errstate(invalid="ignore"):
+            if self.direction == "add":  # L <= l  <=>  X <= x(l)
+                return dist(self._inverse_add(loss), upper=upper)
+            # remove: L = -L_add(X) <= l  <=>  L_add(X) >= -l  <=>  X >= x(-l)
+            return dist(self._inverse_add(-loss), upper=not upper)
+
+    def loss_range(self, tail: float) -> Tuple[float, float]:
+        check_probability("tail", tail)
+        # The loss is monotone in X; take X's quantiles under P, with per-component Gaussian tails.
+        k = -float(special.ndtri(tail / (2.0 * len(self.weights)))) if tail > 0 else 40.0
+        if (self.direction == "add"):
+            lo_x, hi_x = np.min(self.shifts) - k * self.sigma, np.max(self.shifts) + k * self.sigma
+        else:
+            lo_x, hi_x = -k * self.sigma, k * self.sigma
+        ends = self.log_ratio(np.array([lo_x, hi_x]))
+        return float(np.min(ends)), float(np.max(ends))
+
+    def sample(self, n: int, rng: np.random.Generator, under: str = "P") -> np.ndarray:
+        self._check_under(under)
+        mixture = (under == "P") == (self.direction == "add")
+        noise = rng.standard_normal(n) * self.sigma
+        if not mixture:
+            return noise
+        return noise + self.shifts[rng.choice(len(self.weights), size=n, p=self.weights)]
+
+    def __repr__(self) -> str:
+        return (f"GaussianMixturePair(weights={self.weights.tolist()}, shifts={self.shifts.tolist()}, "
+                f"sigma={self.sigma:g}, direction={self.direction!r})")
+
+
+def gaussian_pair(noise_multiplier: float) -> GaussianMixturePair:
+    """N(1, z^2) vs N(0, z^2): the Gaussian mechanism (both directions have this same PLD)."""
+    return GaussianMixturePair([1.0], [1.0], noise_multiplier, "add")
+
+
+def poisson_gaussian_pairs(rate: float, noise_multiplier: float) -> Tuple[GaussianMixturePair, ...]:
+    """Both directions of the Poisson-subsampled Gaussian (add/remove relation)."""
+    q = check_probability("rate", rate)
+    if q == 1.0:
+        return (gaussian_pair(noise_multiplier),)
+    return tuple(GaussianMixturePair([1.0 - q, q], [0.0, 1.0], noise_multiplier, d) for d in ("add", "remove"))
