@@ -15,7 +15,7 @@ from typing import List, Optional
 from metadp import __version__
 
 _EXAMPLES = {
-    "plan": "examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex",
+    "plan": "examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex\n  metadp plan --accountant all",
     "epsilon": ("examples:\n  metadp epsilon --sampling poisson --rate 0.004 --noise 1 --steps 250 --delta 1e-6\n"
                 "  metadp epsilon --sampling fixed --batch 256 --population 60000 --noise 1.1 --steps 14062 --delta 1e-5"),
     "calibrate": ("examples:\n  metadp calibrate --target-epsilon 1 --delta 1e-6 --sampling poisson --rate 0.004 --steps 250\n"
@@ -54,7 +54,7 @@ def _build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="solve for the noise, steps or rate that meets a target epsilon",
                        epilog=_EXAMPLES["calibrate"], formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--target-epsilon", type=_number("--target-epsilon", float), required=True)
-    _plan_options(c, noise_required=False)
+    _plan_options(c, noise_required=False, calibrate=True)
     c.add_argument("--steps", type=_number("--steps", int), help="number of noisy steps (solved for with --solve steps)")
     c.add_argument("--solve", choices=("noise", "steps", "rate"), default="noise", help="what to solve for (default noise)")
     _output_options(c, latex=False)
@@ -77,7 +77,7 @@ def _parse_int(text: str) -> int:
     return int(value)
 
 
-def _plan_options(p: argparse.ArgumentParser, noise_required: bool) -> None:
+def _plan_options(p: argparse.ArgumentParser, noise_required: bool, calibrate: bool = False) -> None:
     p.add_argument("--sampling", choices=("poisson", "fixed", "none"), required=True, help="how units are sampled per step")
     p.add_argument("--rate", type=_number("--rate", float), help="Poisson sampling probability in [0, 1]")
     p.add_argument("--batch", type=_number("--batch", int), help="batch size (fixed; or expected size for poisson)")
@@ -85,7 +85,8 @@ def _plan_options(p: argparse.ArgumentParser, noise_required: bool) -> None:
     p.add_argument("--noise", type=_number("--noise", float), required=noise_required, help="noise multiplier sigma / clip norm")
     p.add_argument("--delta", type=_number("--delta", float), required=True, help="target delta in (0, 1)")
     p.add_argument("--unit", choices=("record", "task"), default="record", help="privacy unit (default record)")
-    p.add_argument("--accountant", choices=("rdp",), default="rdp", help="accountant (default rdp)")
+    p.add_argument("--accountant", choices=("rdp", "pld", "all") if not calibrate else ("rdp", "pld"), default="rdp",
+                   help="accountant (default rdp; pld: tight, with a certified lower bound; all: every one)")
 
 
 def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
@@ -93,7 +94,8 @@ def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
     if latex:
         p.add_argument("--latex", action="store_true", help="print the report as a LaTeX table row")
     if p.prog.endswith("plan"):
-        p.add_argument("--accountant", choices=("rdp",), default=None, help="override the plan's accountant")
+        p.add_argument("--accountant", choices=("rdp", "pld", "all"), default=None,
+                       help="override the plan's accountant (pld: tight, with a lower bound; all: every one)")
 
 
 def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optional[float] = None) -> dict:
@@ -105,7 +107,8 @@ def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optiona
         sampling["batch_size"] = args.batch
     if args.population is not None:
         sampling["population"] = args.population
-    d = {"name": "command-line plan", "unit": args.unit, "delta": args.delta, "accountant": args.accountant,
+    accountant = "rdp" if args.accountant == "all" else args.accountant
+    d = {"name": "command-line plan", "unit": args.unit, "delta": args.delta, "accountant": accountant,
          "sampling": sampling, "noise": {"mechanism": "gaussian", "multiplier": noise if noise is not None else 1.0}}
     d["steps"] = steps if steps is not None else 1
     return d
@@ -131,7 +134,7 @@ def _cmd_epsilon(args) -> None:
     from metadp.plan import Plan, plan_epsilon
 
     plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps))
-    _emit(plan_epsilon(plan), args)
+    _emit(plan_epsilon(plan, accountant=args.accountant), args)
 
 
 def _cmd_calibrate(args) -> None:

@@ -267,12 +267,35 @@ def default_plan() -> Plan:
 
 
 def plan_epsilon(plan: Plan, accountant: Optional[str] = None) -> Report:
-    """Certified (epsilon, delta) of ``plan`` with its assumptions, citations and warnings."""
+    """Certified (epsilon, delta) of ``plan`` with its assumptions, citations and warnings.
+
+    Args:
+        plan: the plan.
+        accountant: ``"rdp"``, ``"pld"`` or ``"all"`` (every accountant that handles the plan; the
+            report's epsilon is the tightest upper bound and lists the others); default: the plan's.
+    """
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a metadp Plan, got {type(plan).__name__}")
     name = accountant or plan.accountant
-    if name not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS)}, got {name!r}")
-    acc = ACCOUNTANTS[name](relation=plan.relation).compose(plan.step_event(), plan.steps)
-    epsilon, order = acc.get_epsilon_and_order(plan.delta)
-    return build_report(plan, epsilon, order, acc)
+    names = tuple(ACCOUNTANTS) if name == "all" else (name,)
+    if name != "all" and name not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS) + ('all',)}, got {name!r}")
+    results = []
+    for n in names:
+        acc = ACCOUNTANTS[n](relation=plan.relation)
+        try:
+            acc.compose(plan.step_event(), plan.steps)
+        except UnsupportedEventError:
+            if name != "all":
+                raise
+            continue
+        if n == "pld":
+            bounds = acc.get_epsilon_bounds(plan.delta)
+            results.append((acc, bounds.epsilon_upper, math.nan, bounds.epsilon_lower, bounds.notes))
+        else:
+            epsilon, order = acc.get_epsilon_and_order(plan.delta)
+            results.append((acc, epsilon, order, None, ()))
+    best = min(results, key=lambda r: r[1])
+    acc, epsilon, order, lower, notes = best
+    return build_report(plan, epsilon, order, acc, epsilon_lower=lower, notes=notes,
+                        alternatives=[(r[0].name, r[1], r[3]) for r in results] if name == "all" else ())

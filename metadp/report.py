@@ -56,6 +56,8 @@ class Report:
     citations: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()
     claim: Optional[Dict[str, Any]] = None
+    epsilon_lower: Optional[float] = None  # certified lower bound on the optimal epsilon (PLD), if known
+    alternatives: Tuple[Dict[str, Any], ...] = ()  # every accountant's bound (``--accountant all``)
 
     bound = "upper"
 
@@ -66,6 +68,7 @@ class Report:
         d["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
         d["epsilon_display"] = format_upper(self.epsilon)
         d["order"] = None if self.order is None or math.isnan(self.order) else self.order
+        d["alternatives"] = [dict(a) for a in self.alternatives]
         d["assumptions"] = list(self.assumptions)
         d["citations"] = list(self.citations)
         d["warnings"] = list(self.warnings)
@@ -83,9 +86,10 @@ class Report:
     def to_table(self) -> str:
         """Human-readable report."""
         order = "" if self.order is None or math.isnan(self.order) else f", order {self.order:.4g}"
+        how = (f"{self.conversion} conversion{order}" if self.accountant == "rdp"
+               else f"certified interval [{_format_lower(self.epsilon_lower)}, {format_upper(self.epsilon)}]")
         rows = [
-            ("epsilon", f"<= {format_upper(self.epsilon)}   (upper bound; {self.accountant.upper()} accountant, "
-                        f"{self.conversion} conversion{order})"),
+            ("epsilon", f"<= {format_upper(self.epsilon)}   (upper bound; {self.accountant.upper()} accountant, {how})"),
             ("delta", f"{self.delta:g}"),
             ("unit", f"{self.unit}: {_UNIT_TEXT[self.unit]}"),
             ("relation", _relation_text(self.relation, self.unit)),
@@ -93,6 +97,10 @@ class Report:
             ("noise", _noise_text(self.noise)),
             ("steps", f"{self.steps:,}"),
         ]
+        for alt in self.alternatives:
+            lower = "" if alt["epsilon_lower"] is None else f", lower bound {_format_lower(alt['epsilon_lower'])}"
+            mark = "  <- tightest" if alt["accountant"] == self.accountant else ""
+            rows.append((f"  {alt['accountant']}", f"<= {format_upper(alt['epsilon'])}{lower}{mark}"))
         if self.claim and "epsilon" in self.claim:
             rows.append(("claimed", f"epsilon = {self.claim['epsilon']:g} ({self.claim.get('source', 'no source given')})"))
         width = max(len(k) for k, _ in rows)
@@ -122,6 +130,18 @@ class Report:
                  f"$\\le {format_upper(self.epsilon)}$", f"${delta}$", self.accountant.upper()]
         header = "% plan & unit & relation & sampling & noise & steps & epsilon (upper bound) & delta & accountant"
         return header + "\n" + " & ".join(cells) + " \\\\"
+
+
+def _format_lower(x: Optional[float], digits: int = 4) -> str:
+    """``x`` rounded down to ``digits`` significant digits (a printed lower bound never overstates)."""
+    if x is None:
+        return "n/a"
+    if x <= 0 or math.isinf(x):
+        return "0" if x <= 0 else "inf"
+    exponent = math.floor(math.log10(x))
+    decimals = digits - 1 - exponent
+    value = math.floor(x * 10.0**decimals) / 10.0**decimals
+    return f"{value:.{max(decimals, 0)}f}" if -4 <= exponent < 6 else f"{value:.{digits - 1}e}"
 
 
 def _latex_number(x: float) -> str:
@@ -160,9 +180,21 @@ def _noise_text(n: Dict[str, Any]) -> str:
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
-def build_report(plan, epsilon: float, order: float, accountant) -> Report:
+def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lower=None, notes=(),
+                 alternatives=()) -> Report:
     """Assembles the report of ``plan`` from an accountant's result (used by ``plan_epsilon``)."""
     assumptions, citations, warnings = _analysis_notes(plan, accountant, order)
+    warnings += list(notes)
+    alts = tuple({"accountant": a, "epsilon": e, "epsilon_lower": lo} for a, e, lo in alternatives)
+    lowers = [a for a in alts if a["epsilon_lower"] is not None]
+    for a in lowers:  # a certified lower bound above another certified upper bound is a contradiction
+        for b in alts:
+            if a["epsilon_lower"] > b["epsilon"] * (1 + 1e-9):
+                warnings.append(f"accountants disagree beyond their error bars: {a['accountant']} lower bound "
+                                f"{a['epsilon_lower']:.6g} > {b['accountant']} upper bound {b['epsilon']:.6g}; "
+                                "please report this plan")
+    for alt in alts:
+        citations += _ACCOUNTANT_CITATIONS[alt["accountant"]]
     if plan.claim and "epsilon" in plan.claim:
         claimed = float(plan.claim["epsilon"])
         if claimed < epsilon * (1 - 1e-9):
@@ -173,7 +205,14 @@ def build_report(plan, epsilon: float, order: float, accountant) -> Report:
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
                   sampling=sampling, noise=noise, steps=plan.steps, accountant=accountant.name,
                   order=order, conversion=accountant.conversion, assumptions=tuple(assumptions),
-                  citations=tuple(dict.fromkeys(citations)), warnings=tuple(warnings), claim=plan.claim)
+                  citations=tuple(dict.fromkeys(citations)), warnings=tuple(warnings), claim=plan.claim,
+                  epsilon_lower=epsilon_lower, alternatives=alts)
+
+
+_ACCOUNTANT_CITATIONS = {
+    "rdp": ["mironov2017renyi", "canonne2020discrete"],
+    "pld": ["zhu2022optimal", "gopi2021numerical", "hoeffding1963probability"],
+}
 
 
 def _analysis_notes(plan, accountant, order):
@@ -181,7 +220,7 @@ def _analysis_notes(plan, accountant, order):
     unit = plan.unit
     s = plan.sampling
     assumptions = []
-    citations = ["mironov2017renyi"]
+    citations = list(_ACCOUNTANT_CITATIONS[accountant.name])
     warnings = []
     if plan.noise.mechanism == "gaussian":
         assumptions.append(f"each step releases the sum of per-{unit} contributions, each clipped to L2 norm C, "
@@ -210,6 +249,10 @@ def _analysis_notes(plan, accountant, order):
         citations += ["canonne2020discrete", "asoodeh2021three"]
         assumptions.append("RDP to (epsilon, delta) by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over "
                            "the Renyi order")
+    if accountant.name == "pld":
+        assumptions.append("privacy loss distributions of the dominating pairs, rounded up and down on a lattice, "
+                           "composed by FFT; rounding drift bounded by Hoeffding's inequality and every truncated "
+                           "mass charged to delta (metadp.accounting.pld)")
     if order is not None and math.isnan(order):
         citations.append("bretagnolle1979estimation")
     if unit == "task":

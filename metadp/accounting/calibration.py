@@ -13,11 +13,12 @@ from typing import Callable
 
 from metadp._validation import check_count, check_delta, check_real
 from metadp.accounting import events as ev
+from metadp.accounting.pld import PldAccountant
 from metadp.accounting.rdp_accountant import RdpAccountant
 
 __all__ = ["ACCOUNTANTS", "certified_epsilon", "calibrate_noise", "max_steps", "max_rate"]
 
-ACCOUNTANTS = {"rdp": RdpAccountant}
+ACCOUNTANTS = {"rdp": RdpAccountant, "pld": PldAccountant}
 
 
 def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_remove",

@@ -86,8 +86,23 @@ def laplace_rdp(scale: float, orders) -> np.ndarray:
         return np.zeros_like(orders)
     finite = np.isfinite(orders)
     a = np.where(finite, orders, 2.0)
-    log_mix = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) / b, np.log((a - 1) / (2 * a - 1)) - a / b)
-    return np.where(finite, log_mix / (a - 1), 1.0 / b)
+    u = 1.0 / b
+    log_mix = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * u, np.log((a - 1) / (2 * a - 1)) - a * u)
+    # For a u < 1/2 the mixture is 1 + f/(2a-1) with f = a expm1((a-1)u) + (a-1) expm1(-a u), whose
+    # first-order terms cancel: sum f's series from n = 2 (terms shrink by a u / n).
+    with np.errstate(over="ignore", invalid="ignore"):  # the series is only used where a u < 1/2
+        series = _laplace_series(a, u)
+    return np.where(finite, np.where(a * u < 0.5, series, log_mix) / (a - 1), 1.0 / b)
+
+
+def _laplace_series(a: np.ndarray, u: float) -> np.ndarray:
+    """log(1 + f / (2a - 1)), f = a expm1((a-1)u) + (a-1) expm1(-a u) summed from n = 2."""
+    f = np.zeros_like(a)
+    term_a, term_b, fact = a * (a - 1), -(a - 1) * a, 1.0  # a (a-1)^n and (a-1) (-a)^n at n = 1
+    for n in range(2, 40):
+        term_a, term_b, fact = term_a * (a - 1), -term_b * a, fact * n
+        f = f + (term_a + term_b) * u**n / fact
+    return np.log1p(f / (2 * a - 1))
 
 
 def poisson_gaussian_rdp(rate: float, noise_multiplier: float, orders) -> np.ndarray:

@@ -44,8 +44,43 @@ class DominatingPair(abc.ABC):
         """n independent outputs drawn from P or Q."""
 
     @abc.abstractmethod
+    def loss_bracket(self, tail: float) -> Tuple[float, float]:
+        """Finite (lo, hi), possibly loose, with Pr_P[L < lo] <= tail and Pr_P[L > hi] <= tail."""
+
     def loss_range(self, tail: float) -> Tuple[float, float]:
-        """(lo, hi) with Pr_P[L < lo] <= tail and Pr_P[L > hi] <= tail (finite)."""
+        """The tightest (lo, hi) (to 1e-3 of the bracket width) with both P-tails <= tail."""
+        lo, hi = self.loss_bracket(tail)
+        a, b = lo, hi  # shrink hi: largest point with sf > tail stays above
+        for _ in range(60):
+            mid = 0.5 * (a + b)
+            if self.loss_sf(mid, "P") <= tail:
+                b = mid
+            else:
+                a = mid
+        upper = b
+        a, b = lo, upper  # raise lo: Pr[L < lo] <= Pr[L <= lo] = cdf(lo) <= tail
+        for _ in range(60):
+            mid = 0.5 * (a + b)
+            if self.loss_cdf(mid, "P") <= tail:
+                a = mid
+            else:
+                b = mid
+        return float(a), float(upper)
+
+    def cell_masses(self, edges, under: str = "P"):
+        """Masses of the loss cells (e_{i-1}, e_i] for increasing edges e_0 < ... < e_K.
+
+        Returns:
+            (cells, below, above): cells[i-1] = Pr[e_{i-1} < L <= e_i], below = Pr[L <= e_0],
+            above = Pr[L > e_K]. Differences are taken on the CDF side below the median and on the
+            survival side above it, so tail cells keep their relative accuracy.
+        """
+        edges = np.asarray(edges, dtype=np.float64)
+        cdf = self.loss_cdf(edges, under)
+        sf = self.loss_sf(edges, under)
+        use_cdf = cdf[1:] <= 0.5
+        cells = np.where(use_cdf, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
+        return np.maximum(cells, 0.0), float(cdf[0]), float(sf[-1])
 
     def profile(self, epsilon) -> np.ndarray:
         """delta(eps) = Pr_P[L > eps] - e^eps Pr_Q[L > eps], the hockey-stick divergence E_{e^eps}(P||Q)."""
