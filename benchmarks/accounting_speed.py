@@ -31,6 +31,7 @@ from metadp.accounting import rdp_accountant as _metadp_rdp  # noqa: E402
 try:
     from dp_accounting import dp_event as de
     from dp_accounting.privacy_accountant import NeighboringRelation
+    from dp_accounting.pld import pld_privacy_accountant
     from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 except ImportError:  # the table still prints metadp's side
     de = None
@@ -146,7 +147,71 @@ def main():
         t_cal, z, reps = _median_time(calibrate, cold=_cold)
         print(f"calibrate_noise (default plan: q=0.004, T=250, target eps 1, delta 1e-6): z = {z:.5f} in "
               f"{_fmt_time(t_cal).strip()} (median of {reps}, cold) = {t_cal / t_eps:.0f}x one get_epsilon")
+    if de is not None:
+        _pld_section()
     print(f"\ntotal benchmark time {time.perf_counter() - total_start:.1f} s")
+
+
+_PLD_PLANS = [  # (name, rate, noise, steps, delta): the plans of issue 3
+    ("DP-SGD q=256/60000 z=1.1 T=14062", 256 / 60000, 1.1, 14062, 1e-5),
+    ("DP-MAML q=0.004 z=1 T=250", 0.004, 1.0, 250, 1e-6),
+    ("DP-MAML q=0.004 z=2 T=250", 0.004, 2.0, 250, 1e-6),
+    ("DP-MAML q=0.004 z=3 T=250", 0.004, 3.0, 250, 1e-6),
+    ("q=1e-4 z=0.8 T=1e6", 1e-4, 0.8, 10**6, 1e-7),
+    ("q=0.5 z=2 T=1000", 0.5, 2.0, 1000, 1e-6),
+    ("no sampling z=10 T=100", 1.0, 10.0, 100, 1e-6),
+    ("q=0.01 z=20 T=1e5", 0.01, 20.0, 10**5, 1e-6),
+]
+
+
+def _pld_section():
+    """metadp PLD (certified interval) vs dp-accounting PLD (1e-4) vs prv-accountant (eps_error 0.01)."""
+    from metadp.accounting.calibration import calibrate_noise
+    from metadp.accounting.pld import PldAccountant, _lattice_cached
+
+    print("PLD accountants, one cold run each (metadp lattice cache cleared):")
+    header = (f"{'plan':36s} {'metadp [lower, upper]':>24s} {'time':>8s} {'dp-acc PLD':>10s} {'time':>8s} "
+              f"{'prv [lower, upper]':>22s} {'time':>8s} {'dp/metadp':>9s}")
+    print(header)
+    print("-" * len(header))
+    for name, q, z, steps, delta in _PLD_PLANS:
+        event = Gaussian(z) if q == 1.0 else PoissonSampled(q, Gaussian(z))
+        _lattice_cached.cache_clear()
+        t = time.perf_counter()
+        r = PldAccountant().compose(event, steps).get_epsilon_bounds(delta)
+        t_m = time.perf_counter() - t
+        dp_event = de.GaussianDpEvent(z) if q == 1.0 else de.PoissonSampledDpEvent(q, de.GaussianDpEvent(z))
+        t = time.perf_counter()
+        acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+        acc.compose(de.SelfComposedDpEvent(dp_event, steps))
+        e_d = acc.get_epsilon(delta)
+        t_d = time.perf_counter() - t
+        prv_text, t_p = _prv(q, z, steps, delta)
+        print(f"{name:36s} [{r.epsilon_lower:10.5f}, {r.epsilon_upper:10.5f}] {_fmt_time(t_m)} {e_d:10.5f} "
+              f"{_fmt_time(t_d)} {prv_text:>22s} {_fmt_time(t_p)} {t_d / t_m:8.2f}x")
+    _lattice_cached.cache_clear()
+    t = time.perf_counter()
+    r = PldAccountant().compose(PoissonSampled(1e-6, Gaussian(1.0)), 10**8).get_epsilon_bounds(1e-6)
+    print(f"{'q=1e-6 z=1 T=1e8 (metadp only)':36s} [{r.epsilon_lower:10.5f}, {r.epsilon_upper:10.5f}] "
+          f"{_fmt_time(time.perf_counter() - t)}  (lattice h={r.h:.2g}, FFT size {r.fft_size:,})")
+    t = time.perf_counter()
+    z = calibrate_noise(lambda z: SelfComposed(PoissonSampled(0.004, Gaussian(z)), 250), 1.0, 1e-6,
+                        accountant="pld", rtol=1e-3)
+    print(f"PLD calibrate_noise (default plan, target eps 1, delta 1e-6): z = {z:.5f} in "
+          f"{_fmt_time(time.perf_counter() - t).strip()}")
+
+
+def _prv(q, z, steps, delta):
+    try:
+        from prv_accountant import PRVAccountant
+        from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMechanism
+    except ImportError:
+        return "not installed", 0.0
+    t = time.perf_counter()
+    acc = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=z, sampling_probability=q)],
+                        max_self_compositions=[steps], eps_error=0.01, delta_error=delta / 1000)
+    lower, _, upper = acc.compute_epsilon(delta=delta, num_self_compositions=[steps])
+    return f"[{lower:.5f}, {upper:.5f}]", time.perf_counter() - t
 
 
 if __name__ == "__main__":

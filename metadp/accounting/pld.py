@@ -39,11 +39,11 @@ from scipy import special
 
 from metadp._validation import check_count, check_delta, check_real
 from metadp.accounting import events as ev
-from metadp.accounting.rdp_accountant import RELATIONS, RdpAccountant, UnsupportedEventError
+from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
 
 __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 
-_DELTA_SHARE = 1e-3  # fraction of delta spent on each truncation (tails, window, Hoeffding)
+_DELTA_SHARE = 1e-5  # fraction of delta spent on each truncation (tails, window, Hoeffding)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ class PldAccountant:
         self.relation = relation
         self.tolerance = check_real("tolerance", tolerance, low=1e-6, high=1.0)
         self.max_memory = check_count("max_memory", max_memory, minimum=1 << 20)
-        self._ledger: List[Tuple[ev.Event, int]] = []
+        self._ledger: List[LedgerEntry] = []
         self._items: List[Tuple[tuple, int]] = []
         self._rdp = RdpAccountant(relation)
 
@@ -222,7 +222,7 @@ class PldAccountant:
         items = [(pairs, c * count) for pairs, c in event_pairs(event, self.relation) if c * count > 0]
         self._rdp.compose(event, count)
         self._items.extend(items)
-        self._ledger.append((event, count))
+        self._ledger.append(LedgerEntry(event, count))
         return self
 
     @property

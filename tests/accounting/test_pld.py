@@ -1,0 +1,98 @@
+"""PLD accountant: certified two-sided bounds against closed forms and the anchor libraries."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import optimize
+from scipy.stats import norm
+
+from metadp.accounting import (Composed, FixedSizeSampled, Gaussian, NonPrivate, NoOp, PoissonSampled,
+                               RdpAccountant, SelfComposed, UnsupportedEventError)
+from metadp.accounting.pld import PldAccountant
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact epsilon of mu-GDP at delta: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    (Dong, Roth & Su 2019, Cor. 2.13; Balle & Wang 2018 for the Gaussian mechanism, mu = 1/z)."""
+    def gap(eps):
+        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta
+    return optimize.brentq(gap, 0.0, 100.0, xtol=1e-14)
+
+
+@pytest.mark.parametrize("z, steps, delta", [(1.0, 1, 1e-5), (10.0, 100, 1e-5), (2.0, 7, 1e-8), (0.5, 3, 1e-3)])
+def test_gaussian_composition_matches_gdp_closed_form(z, steps, delta):
+    # T Gaussians with multiplier z compose to mu = sqrt(T)/z GDP exactly.
+    exact = gaussian_epsilon(math.sqrt(steps) / z, delta)
+    r = PldAccountant(tolerance=2e-5).compose(Gaussian(z), steps).get_epsilon_bounds(delta)
+    assert r.epsilon_lower <= exact <= r.epsilon_upper
+    # 1e-4 absolute up to epsilon 1, relative above (seen: 2.7e-4 at epsilon 7.9, i.e. 3.4e-5 relative).
+    tolerance = 1e-4 * max(1.0, exact)
+    assert r.epsilon_upper - exact <= tolerance and exact - r.epsilon_lower <= tolerance
+
+
+# dp-accounting PLD (value_discretization_interval 1e-4) and prv-accountant (eps_error 0.01,
+# delta_error delta/1000) run on this machine, 2026-11-21: (dp-accounting epsilon, prv lower bound).
+ANCHORS = [
+    ((0.004, 1.0, 250, 1e-6), (0.49827, 0.48821)),      # default DP-MAML plan
+    ((0.004, 2.0, 250, 1e-6), (0.13352, 0.12353)),
+    ((0.004, 3.0, 250, 1e-6), (0.08080, 0.07082)),
+    ((0.5, 2.0, 1000, 1e-6), (71.35805, 71.34630)),
+    ((1.0, 10.0, 100, 1e-6), (4.88655, 4.87635)),     # no sampling
+    ((256 / 60000, 1.1, 14062, 1e-5), (2.38169, 2.37146)),  # DP-SGD
+]
+
+
+@pytest.mark.parametrize("plan, anchors", ANCHORS, ids=lambda x: str(x))
+def test_pld_bounds_against_anchors(plan, anchors):
+    q, z, steps, delta = plan
+    dp_accounting, prv_lower = anchors
+    event = Gaussian(z) if q == 1.0 else PoissonSampled(q, Gaussian(z))
+    r = PldAccountant().compose(event, steps).get_epsilon_bounds(delta)
+    assert r.epsilon_upper <= dp_accounting * 1.005 + 1e-5  # the anchors are rounded to 1e-5
+    assert r.epsilon_upper >= prv_lower
+    assert r.epsilon_lower <= dp_accounting + 1e-5 <= r.epsilon_upper + 2e-5
+    assert r.epsilon_upper - r.epsilon_lower <= 0.01 * r.epsilon_upper
+
+
+def test_pld_never_above_rdp_and_lower_below_upper():
+    for event, steps, delta in [(PoissonSampled(0.01, Gaussian(0.8)), 50, 1e-5), (Gaussian(3.0), 4, 1e-7)]:
+        rdp = RdpAccountant().compose(event, steps).get_epsilon(delta)
+        r = PldAccountant().compose(event, steps).get_epsilon_bounds(delta)
+        assert 0 <= r.epsilon_lower <= r.epsilon_upper <= rdp
+
+
+def test_tiny_delta_falls_back_to_rdp_with_a_note():
+    # At delta 1e-15 the FFT's floating-point noise exceeds delta: the PLD upper bound is not
+    # certifiable in double precision, so the (valid) RDP bound is returned and the note says so.
+    event = PoissonSampled(0.004, Gaussian(1.0))
+    r = PldAccountant().compose(event, 250).get_epsilon_bounds(1e-15)
+    assert r.epsilon_upper == RdpAccountant().compose(event, 250).get_epsilon(1e-15)
+    assert any("RDP bound is reported" in note for note in r.notes)
+    assert r.epsilon_lower <= r.epsilon_upper
+
+
+def test_composition_order_and_grouping_do_not_matter():
+    a, b = PoissonSampled(0.02, Gaussian(1.0)), Gaussian(4.0)
+    first = PldAccountant().compose(Composed([a, b]), 20).get_epsilon_bounds(1e-6)
+    second = PldAccountant().compose(b, 20).compose(SelfComposed(a, 20)).get_epsilon_bounds(1e-6)
+    assert first.epsilon_upper == pytest.approx(second.epsilon_upper, rel=1e-9)
+    assert max(first.epsilon_lower, second.epsilon_lower) <= min(first.epsilon_upper, second.epsilon_upper)
+
+
+def test_degenerate_and_unsupported_events():
+    assert PldAccountant().get_epsilon(1e-5) == 0.0
+    assert PldAccountant().compose(NoOp(), 5).get_epsilon(1e-5) == 0.0
+    assert PldAccountant().compose(NonPrivate()).get_epsilon(1e-5) == math.inf
+    acc = PldAccountant(relation="substitute")
+    with pytest.raises(UnsupportedEventError, match="PLD accountant cannot handle fixed-size"):
+        acc.compose(FixedSizeSampled(10, 100, Gaussian(1.0)))
+    assert acc.ledger == () and acc.get_epsilon(1e-5) == 0.0
+
+
+def test_get_delta_is_consistent_with_get_epsilon():
+    acc = PldAccountant().compose(PoissonSampled(0.004, Gaussian(1.0)), 250)
+    eps = acc.get_epsilon(1e-6)
+    d = acc.get_delta(eps)
+    assert d <= 1e-6 * 1.001  # bisection on certified epsilons, to 0.1% in delta
+    assert acc.get_epsilon(d) <= eps
