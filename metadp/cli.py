@@ -85,8 +85,13 @@ def _plan_options(p: argparse.ArgumentParser, noise_required: bool, calibrate: b
     p.add_argument("--noise", type=_number("--noise", float), required=noise_required, help="noise multiplier sigma / clip norm")
     p.add_argument("--delta", type=_number("--delta", float), required=True, help="target delta in (0, 1)")
     p.add_argument("--unit", choices=("record", "task"), default="record", help="privacy unit (default record)")
-    p.add_argument("--accountant", choices=("rdp", "pld", "all") if not calibrate else ("rdp", "pld"), default="rdp",
-                   help="accountant (default rdp; pld: tight, with a certified lower bound; all: every one)")
+    if calibrate:
+        p.add_argument("--accountant", choices=("rdp", "pld"), default="pld",
+                       help="accountant whose certified bound must meet the target (default pld, the tight one)")
+    else:
+        p.add_argument("--accountant", choices=("rdp", "pld", "all"), default="all",
+                       help="rdp, pld (tight, with a certified lower bound) or all (default: every accountant "
+                            "that handles the plan, the tightest reported)")
 
 
 def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
@@ -107,7 +112,7 @@ def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optiona
         sampling["batch_size"] = args.batch
     if args.population is not None:
         sampling["population"] = args.population
-    accountant = "rdp" if args.accountant == "all" else args.accountant
+    accountant = args.accountant
     d = {"name": "command-line plan", "unit": args.unit, "delta": args.delta, "accountant": accountant,
          "sampling": sampling, "noise": {"mechanism": "gaussian", "multiplier": noise if noise is not None else 1.0}}
     d["steps"] = steps if steps is not None else 1

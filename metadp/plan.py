@@ -148,7 +148,7 @@ class Plan:
     steps: int
     sampling: SamplingSpec
     noise: NoiseSpec
-    accountant: str = "rdp"
+    accountant: str = "all"  # rdp | pld | all (every accountant that handles the plan; tightest reported)
     description: str = ""
     references: Tuple[str, ...] = ()
     claim: Optional[Mapping[str, Any]] = None
@@ -180,7 +180,7 @@ class Plan:
         if sampling.scheme == "poisson" and relation != "add_remove":
             raise ValueError("relation must be 'add_remove' for sampling.scheme = 'poisson'")
         steps = _steps(d, sampling)
-        accountant = _choice("accountant", d.get("accountant", "rdp"), tuple(ACCOUNTANTS))
+        accountant = _choice("accountant", d.get("accountant", "all"), tuple(ACCOUNTANTS) + ("all",))
         references = tuple(d.get("references", ()))
         for key in references:
             if key not in CITATIONS:
@@ -203,12 +203,17 @@ class Plan:
 
     def _check_supported(self) -> None:
         """Rejects, at load time, a mechanism/sampling combination the accountant cannot analyse."""
-        try:
-            ACCOUNTANTS[self.accountant](relation=self.relation).compose(self.step_event())
-        except UnsupportedEventError as err:
+        names = tuple(ACCOUNTANTS) if self.accountant == "all" else (self.accountant,)
+        errors = []
+        for name in names:
+            try:
+                ACCOUNTANTS[name](relation=self.relation).compose(self.step_event())
+            except UnsupportedEventError as err:
+                errors.append(f"{name}: {err}")
+        if len(errors) == len(names):
             raise ValueError(f"noise.mechanism = '{self.noise.mechanism}' with sampling.scheme = "
-                             f"'{self.sampling.scheme}' is not supported by the {self.accountant} accountant "
-                             f"({err})") from None
+                             f"'{self.sampling.scheme}' is not supported by the {self.accountant} accountant(s) "
+                             f"({'; '.join(errors)})")
 
     def step_event(self) -> ev.Event:
         """The event of one training step."""

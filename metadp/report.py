@@ -253,8 +253,8 @@ def _analysis_notes(plan, accountant, order):
         assumptions.append("privacy loss distributions of the dominating pairs, rounded up and down on a lattice, "
                            "composed by FFT; rounding drift bounded by Hoeffding's inequality and every truncated "
                            "mass charged to delta (metadp.accounting.pld)")
-    if order is not None and math.isnan(order):
-        citations.append("bretagnolle1979estimation")
+    if accountant.name == "rdp" and order is not None and math.isnan(order):
+        citations.append("bretagnolle1979estimation")  # epsilon 0 certified by the total-variation bound
     if unit == "task":
         warnings.append("task-level guarantee: it protects a whole task or client. A single record that appears "
                         "in many tasks or episodes has a different (record-level) guarantee, which this report "

@@ -12,17 +12,26 @@ def run(*args):
 
 
 def test_plan_without_arguments_prints_the_default_report():
+    # Default: every accountant; the tightest (PLD, about 0.498 by dp-accounting's PLD) is the
+    # headline, with its certified interval, and the RDP bound (1.1464..., rounded up) is listed.
     result = run("plan")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for needle in ("DP-MAML", "epsilon   <= 1.147", "upper bound", "delta     1e-06", "unit      task",
-                   "add/remove", "RDP accountant", "[mironov2019sampled]"):
+    for needle in ("DP-MAML", "epsilon   <= 0.49", "upper bound", "PLD accountant", "certified interval [0.49",
+                   "rdp     <= 1.147", "<- tightest", "delta     1e-06", "unit      task", "add/remove",
+                   "[mironov2019sampled]", "[gopi2021numerical]"):
         assert needle in out, needle
+
+
+def test_plan_rdp_only():
+    result = run("plan", "--accountant", "rdp")
+    assert result.returncode == 0, result.stderr
+    assert "epsilon   <= 1.147" in result.stdout and "RDP accountant" in result.stdout
 
 
 def test_epsilon_json(capsys):
     code = main(["epsilon", "--sampling", "poisson", "--rate", "0.004", "--noise", "1", "--steps", "250",
-                 "--delta", "1e-6", "--json"])
+                 "--delta", "1e-6", "--json", "--accountant", "rdp"])
     assert code == 0
     d = json.loads(capsys.readouterr().out)
     assert d["bound"] == "upper" and d["accountant"] == "rdp" and d["relation"] == "add_remove"

@@ -70,7 +70,7 @@ def test_every_example_is_listed():
 @pytest.fixture(scope="module")
 def reports():
     """Each example's report, computed once for the module (the fixed-size one takes ~1 s)."""
-    return {name: plan_epsilon(load_plan(EXAMPLES / name)) for name in EXPECTED}
+    return {name: plan_epsilon(load_plan(EXAMPLES / name), accountant="rdp") for name in EXPECTED}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -214,7 +214,7 @@ def test_fixed_example_records_no_claim():
 
 def test_poisson_dp_maml_example_is_the_default_plan(reports):
     assert _privacy_fields(load_plan(EXAMPLES / "dp_maml_task_omniglot.toml")) == _privacy_fields(default_plan())
-    assert plan_epsilon(default_plan()).epsilon == reports["dp_maml_task_omniglot.toml"].epsilon
+    assert plan_epsilon(default_plan(), accountant="rdp").epsilon == reports["dp_maml_task_omniglot.toml"].epsilon
 
 
 def test_default_plan_golden_epsilon():
@@ -222,7 +222,7 @@ def test_default_plan_golden_epsilon():
     1.1464: dp-accounting 0.6.0, RdpAccountant() default orders, PoissonSampledDpEvent(0.004,
     GaussianDpEvent(1.0)) x 250 -> 1.14660 at order 10.7; metadp's continuous optimum is at order 10.73.
     Tolerance 1e-3 relative."""
-    report = plan_epsilon(default_plan())
+    report = plan_epsilon(default_plan(), accountant="rdp")
     assert report.unit == "task" and report.relation == "add_remove"
     assert report.epsilon == pytest.approx(1.1464, rel=1e-3)
 
@@ -283,7 +283,7 @@ def test_readme_printed_report_is_the_default_plans_report():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_cli_plan_json_matches_library(name, reports):
     """`metadp plan FILE --json` prints the library's report (same epsilon, unit and relation)."""
-    proc = subprocess.run([sys.executable, "-m", "metadp", "plan", str(EXAMPLES / name), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "metadp", "plan", str(EXAMPLES / name), "--json", "--accountant", "rdp"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr

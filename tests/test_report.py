@@ -30,7 +30,7 @@ def test_format_upper_examples(x, text):
 
 
 def test_default_report_json_keys_and_values():
-    report = plan_epsilon(default_plan())
+    report = plan_epsilon(default_plan(), accountant="rdp")
     d = json.loads(report.to_json())
     for key in ("epsilon", "delta", "accountant", "unit", "relation", "sampling", "assumptions", "citations",
                 "warnings", "bound", "steps", "noise"):
@@ -45,7 +45,7 @@ def test_default_report_json_keys_and_values():
 
 
 def test_table_states_unit_relation_direction_and_citations():
-    text = plan_epsilon(default_plan()).to_table()
+    text = plan_epsilon(default_plan(), accountant="rdp").to_table()
     for needle in ("epsilon   <= 1.147", "upper bound", "unit      task", "add/remove", "Poisson, rate 0.004",
                    "[mironov2019sampled]", "delta     1e-06", "WARNINGS"):
         assert needle in text, needle
