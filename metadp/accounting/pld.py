@@ -199,17 +199,21 @@ class PldAccountant:
             h = tolerance * eps_scale / (2 (2 sqrt(n log(1/tau)/2) + 1)) from Hoeffding's bound
             (module docstring), with eps_scale the RDP epsilon (an upper bound on the PLD one).
         max_memory: bytes the FFT may use; beyond it h is widened (the gap grows, the bounds stay valid).
+        max_fft_size: the time budget, as the largest FFT length; beyond it h is widened likewise, with
+            a note (2^22 keeps a query to a few seconds on 2 cores).
     """
 
     name = "pld"
     conversion = "pld"
 
-    def __init__(self, relation: str = "add_remove", tolerance: float = 5e-3, max_memory: int = 2 << 30):
+    def __init__(self, relation: str = "add_remove", tolerance: float = 5e-3, max_memory: int = 2 << 30,
+                 max_fft_size: int = 1 << 22):
         if relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
         self.relation = relation
         self.tolerance = check_real("tolerance", tolerance, low=1e-6, high=1.0)
         self.max_memory = check_count("max_memory", max_memory, minimum=1 << 20)
+        self.max_fft_size = check_count("max_fft_size", max_fft_size, minimum=1 << 10)
         self._ledger: List[LedgerEntry] = []
         self._items: List[Tuple[tuple, int]] = []
         self._rdp = RdpAccountant(relation)
@@ -247,7 +251,7 @@ class PldAccountant:
         scale = self._rdp.get_epsilon(delta)
         if scale == 0.0:
             return PldResult(0.0, 0.0, delta, math.nan, self._steps(), 0, ("RDP certifies epsilon 0",))
-        result = _bounds(self._items, delta, scale, self.tolerance, self.max_memory)
+        result = _bounds(self._items, delta, scale, self.tolerance, min(self.max_memory, self.max_fft_size * 64))
         if result.epsilon_upper > scale:  # both are valid upper bounds: report the smaller, and say so
             note = (f"the PLD bound {result.epsilon_upper:.6g} is above the RDP bound {scale:.6g} "
                     "(floating-point noise or truncation dominates at this delta): the RDP bound is reported")
@@ -281,6 +285,15 @@ def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int
     h = tolerance * scale / (2.0 * (2.0 * hoeffding + 1.0))
     notes = []
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
+    # Size the lattice before building it: a coarse lattice gives each step's loss variance, and the
+    # window must hold about 14 standard deviations of the sum within the FFT budget.
+    budget = max_memory // 64
+    width = max(_window_estimate([(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items], delta)
+                for d in range(directions))
+    if width / h > 0.95 * budget:
+        h = width / (0.95 * budget)
+        notes.append(f"lattice widened to h = {h:.3g} to fit the FFT budget ({budget:,} points): the interval "
+                     "is wider than the tolerance asked")
     while True:
         try:
             uppers, lowers, size = [], [], 0
@@ -291,9 +304,26 @@ def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int
                 uppers.append(up)
                 size = max(size, size_d)
             return PldResult(max(lowers), max(uppers), delta, h, n, size, tuple(notes))
-        except MemoryError:
-            h *= 2.0
-            notes.append(f"lattice widened to h = {h:.3g} to stay within {max_memory / 2**30:.3g} GiB")
+        except MemoryError as err:  # the estimate above was short: widen further
+            factor = max(1.25, float(err.args[0]) if err.args else 2.0)
+            h *= factor
+            notes = [f"lattice widened to h = {h:.3g} to stay within the memory/time budget "
+                     f"({max_memory / 2**30:.3g} GiB): the interval is wider than the tolerance asked"]
+
+
+def _window_estimate(pairs, delta: float) -> float:
+    """Approximate width (in loss units) of the composed sum's window plus one step's support."""
+    n = sum(c for _, c in pairs)
+    variance, support = 0.0, 0.0
+    for pair, c in pairs:
+        lo, hi = pair.loss_range(_DELTA_SHARE * delta / n)
+        coarse = _lattice_cached(pair, (hi - lo) / 4096.0, _DELTA_SHARE * delta / n)
+        idx = (np.arange(len(coarse.up)) + coarse.start) * (hi - lo) / 4096.0
+        mass = float(coarse.up.sum())
+        mean = float(np.dot(coarse.up, idx)) / mass
+        variance += c * float(np.dot(coarse.up, (idx - mean) ** 2)) / mass
+        support = max(support, hi - lo)
+    return 14.0 * math.sqrt(variance) + support
 
 
 def _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory):
@@ -305,7 +335,7 @@ def _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory):
     lo, hi = _chernoff_window(lattices, tau)
     size = sfft.next_fast_len(max(hi - lo + 1, max(len(L.up) for L, _ in lattices)) + 1, real=True)
     if size * 16 * 4 > max_memory:
-        raise MemoryError
+        raise MemoryError(1.05 * size * 16 * 4 / max_memory)  # how much wider h must be
     up = _compose(lattices, "up", lo, size, h)
     down = _compose(lattices, "down", lo - n, size, h)  # floor = ceil - 1 lattice step on every cell
     inf_mass = -math.expm1(sum(c * math.log1p(-L.up_inf) for L, c in lattices))
