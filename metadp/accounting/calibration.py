@@ -8,8 +8,11 @@ steps and rate), which holds for every accountant here.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
+
+from scipy import optimize
 
 from metadp._validation import check_count, check_delta, check_real
 from metadp.accounting import events as ev
@@ -44,13 +47,15 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
         delta: in (0, 1).
 
     Returns:
-        z such that the certified epsilon at z is <= target_epsilon and at z / (1 + rtol) it is not.
+        z such that the certified epsilon at z is <= target_epsilon, within relative ``rtol`` of the
+        smallest such z (Brent's bracketing root finder on log z over certified bounds, then a check).
 
     Raises:
         ValueError: if no multiplier up to 1e6 meets the target.
     """
     target, delta = _check_target(target_epsilon, delta)
 
+    @functools.lru_cache(maxsize=None)
     def eps(z: float) -> float:
         return certified_epsilon(make_event(z), delta, relation=relation, accountant=accountant)
 
@@ -64,13 +69,13 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
         hi, lo = lo, lo / 2.0
         if lo < 1e-6:
             return hi
-    while hi / lo - 1.0 > rtol:
-        mid = math.sqrt(lo * hi)
-        if eps(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    # Brent's method on log z (bracketing, superlinear): eps(lo) > target >= eps(hi).
+    root = optimize.brentq(lambda log_z: eps(math.exp(log_z)) - target, math.log(lo), math.log(hi),
+                           xtol=rtol / 4.0)
+    z = min(hi, math.exp(root) * (1.0 + rtol / 4.0))
+    while eps(z) > target:  # the certified bound decides, not the root finder: step up until it holds
+        z = min(hi, z * (1.0 + rtol / 4.0))
+    return z
 
 
 def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, relation: str = "add_remove",
