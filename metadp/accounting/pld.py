@@ -87,6 +87,15 @@ def _(event: ev.Gaussian, relation):
 
 
 @event_pairs.register
+def _(event: ev.Laplace, relation):
+    from metadp.mechanisms.laplace import LaplacePair
+
+    if math.isinf(event.scale):
+        return []
+    return [((LaplacePair(event.scale / _factor(relation)),), 1)]
+
+
+@event_pairs.register
 def _(event: ev.PoissonSampled, relation):
     from metadp.accounting.rdp_accountant import _effective_noise_multiplier
     from metadp.mechanisms.gaussian import poisson_gaussian_pairs

@@ -50,6 +50,7 @@ class DominatingPair(abc.ABC):
     def loss_range(self, tail: float) -> Tuple[float, float]:
         """The tightest (lo, hi) (to 1e-3 of the bracket width) with both P-tails <= tail."""
         lo, hi = self.loss_bracket(tail)
+        tail = tail * (1.0 - 1e-9)  # margin for the rounding of the CDFs: the returned tails are strict
         a, b = lo, hi  # shrink hi: largest point with sf > tail stays above
         for _ in range(60):
             mid = 0.5 * (a + b)

@@ -7,7 +7,7 @@ import pytest
 from scipy import optimize
 from scipy.stats import norm
 
-from metadp.accounting import (Composed, FixedSizeSampled, Gaussian, NonPrivate, NoOp, PoissonSampled,
+from metadp.accounting import (Composed, FixedSizeSampled, Gaussian, Laplace, NonPrivate, NoOp, PoissonSampled,
                                RdpAccountant, SelfComposed, UnsupportedEventError)
 from metadp.accounting.pld import PldAccountant
 
@@ -96,3 +96,12 @@ def test_get_delta_is_consistent_with_get_epsilon():
     d = acc.get_delta(eps)
     assert d <= 1e-6 * 1.001  # bisection on certified epsilons, to 0.1% in delta
     assert acc.get_epsilon(d) <= eps
+
+
+# dp-accounting PLD (value_discretization_interval 1e-4) on this machine, 2026-11-21.
+@pytest.mark.parametrize("scale, steps, delta, dp_accounting", [(2.0, 10, 1e-5, 4.98996), (10.0, 100, 1e-6, 4.69267)])
+def test_laplace_composition(scale, steps, delta, dp_accounting):
+    r = PldAccountant().compose(Laplace(scale), steps).get_epsilon_bounds(delta)
+    assert r.epsilon_lower <= dp_accounting + 1e-5 and dp_accounting <= r.epsilon_upper * 1.005
+    assert r.epsilon_upper <= steps / scale  # never worse than pure-DP composition (Dwork & Roth, Thm 3.16)
+    assert r.epsilon_upper - r.epsilon_lower <= 0.01 * r.epsilon_upper
