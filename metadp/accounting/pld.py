@@ -351,9 +351,10 @@ def _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory):
     c_up = sum(c * L.gap_up for L, c in lattices) - h * hoeffding
     c_down = sum(c * L.gap_down for L, c in lattices) - h * hoeffding
     # tails: the window misses <= tau per side for the rounded-up sum; the rounded-down sum differs
-    # from it by exactly n steps except on the truncated tails (probability <= n * tail = share*delta).
+    # from it by exactly n lattice steps except when some step falls in a truncated tail (below or
+    # above the lattice: probability <= 2 n tail).
     upper_budget = delta - (inf_mass + 2 * tau + up.error + tau)
-    lower_budget = delta + (2 * tau + n * tail + down.error + tau)
+    lower_budget = delta + (2 * tau + 2 * n * tail + down.error + tau)
     eps_upper = max(0.0, up.x_at(upper_budget) - c_up) if upper_budget > 0 else math.inf
     eps_lower = max(0.0, down.x_at(lower_budget) + c_down)
     return eps_lower, eps_upper, size
