@@ -267,6 +267,45 @@ class PldAccountant:
             return dataclasses.replace(result, epsilon_upper=scale, notes=result.notes + (note,))
         return result
 
+    def trajectory(self, steps, delta: float, step_event: ev.Event = None) -> np.ndarray:
+        """Certified epsilon (upper bound) after each listed number of steps.
+
+        As ``RdpAccountant.trajectory``: the step is ``step_event`` on top of the ledger, or the last
+        composed event on top of the entries before it. One lattice spacing and tail truncation serve
+        every step count (sized for the finest need, from the RDP trajectory), so the step's lattice
+        is built once; each listed count costs one Chernoff window and one FFT composition.
+        """
+        delta = check_delta("delta", delta)
+        counts = [check_count("steps", s) for s in steps]
+        if step_event is None:
+            if not self._ledger:
+                raise ValueError("trajectory needs a step_event or at least one composed event")
+            base, step_event = [(e.event, e.count) for e in self._ledger[:-1]], self._ledger[-1].event
+        else:
+            base = [(e.event, e.count) for e in self._ledger]
+        step_items = [(pairs, c) for pairs, c in event_pairs(step_event, self.relation) if c > 0]
+        base_items = [item for e, c in base for item in
+                      [(pairs, k * c) for pairs, k in event_pairs(e, self.relation) if k * c > 0]]
+        rdp = RdpAccountant(self.relation)
+        for e, c in base:
+            rdp.compose(e, c)
+        scales = rdp.trajectory(counts, delta, step_event=step_event)
+        if any(pairs is None for pairs, _ in base_items + step_items):
+            return np.full(len(counts), np.inf)
+        n_of = [sum(c for _, c in base_items) + t * sum(c for _, c in step_items) for t in counts]
+        tau = _DELTA_SHARE * delta
+        spacings = [self.tolerance * sc / (2.0 * (2.0 * math.sqrt(n * math.log(1.0 / tau) / 2.0) + 1.0))
+                    for sc, n in zip(scales, n_of) if n > 0 and sc > 0]
+        h = min(spacings) if spacings else 1.0
+        tail = _DELTA_SHARE * delta / max(max(n_of), 1)
+        directions = 2 if any(len(pairs) == 2 for pairs, _ in base_items + step_items) else 1
+        out = np.zeros(len(counts))
+        for d in range(directions):
+            pick = lambda items: [(_lattice_cached(pairs[min(d, len(pairs) - 1)], h, tail), c) for pairs, c in items]
+            out = np.maximum(out, _trajectory_direction(pick(base_items), pick(step_items), counts, delta, h,
+                                                        tail, min(self.max_memory, self.max_fft_size * 64)))
+        return np.where(np.array(n_of) == 0, 0.0, np.minimum(out, scales))
+
     def get_delta(self, epsilon: float) -> float:
         """Certified delta at ``epsilon`` (upper bound), by bisection on the certified epsilon."""
         epsilon = check_real("epsilon", epsilon, low=0.0)
@@ -287,11 +326,14 @@ class PldAccountant:
         return sum(c for _, c in self._items)
 
 
-def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int) -> PldResult:
+def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int, *, h: float = None,
+            tail: float = None) -> PldResult:
     n = sum(c for _, c in items)
     tau = _DELTA_SHARE * delta
     hoeffding = math.sqrt(n * math.log(1.0 / tau) / 2.0)
-    h = tolerance * scale / (2.0 * (2.0 * hoeffding + 1.0))
+    fixed = h is not None
+    h = h if fixed else tolerance * scale / (2.0 * (2.0 * hoeffding + 1.0))
+    tail = tail if tail is not None else _DELTA_SHARE * delta / n
     notes = []
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     # Size the lattice before building it: a coarse lattice gives each step's loss variance, and the
@@ -299,7 +341,7 @@ def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int
     budget = max_memory // 64
     width = max(_window_estimate([(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items], delta)
                 for d in range(directions))
-    if width / h > 0.95 * budget:
+    if not fixed and width / h > 0.95 * budget:
         h = width / (0.95 * budget)
         notes.append(f"lattice widened to h = {h:.3g} to fit the FFT budget ({budget:,} points): the interval "
                      "is wider than the tolerance asked")
@@ -308,7 +350,7 @@ def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int
             uppers, lowers, size = [], [], 0
             for d in range(directions):
                 pairs = [(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items]
-                lo, up, size_d = _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory)
+                lo, up, size_d = _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory, tail)
                 lowers.append(lo)
                 uppers.append(up)
                 size = max(size, size_d)
@@ -318,6 +360,66 @@ def _bounds(items, delta: float, scale: float, tolerance: float, max_memory: int
             h *= factor
             notes = [f"lattice widened to h = {h:.3g} to stay within the memory/time budget "
                      f"({max_memory / 2**30:.3g} GiB): the interval is wider than the tolerance asked"]
+
+
+_LAMBDAS = np.concatenate([np.geomspace(1e-10, 10.0, 96), -np.geomspace(1e-10, 10.0, 96)])
+
+
+def _cgf_table(L: _Lattice) -> np.ndarray:
+    """log E[e^{lam U}] of one lattice (indices as units) on the fixed grid ``_LAMBDAS``."""
+    idx = np.arange(len(L.up)) + L.start
+    with np.errstate(divide="ignore", over="ignore"):
+        log_p = np.log(L.up)
+        return np.array([float(special.logsumexp(log_p + lam * idx)) for lam in _LAMBDAS])
+
+
+def _trajectory_direction(base, step, counts, delta, h, tail, max_memory) -> np.ndarray:
+    """Upper bounds for base + t x step, t in counts, reusing lattice spectra and CGF tables."""
+    tau = _DELTA_SHARE * delta
+    log_tau = math.log(tau)
+    tables = {id(L): _cgf_table(L) for L, _ in base + step}
+    max_t = max(counts)
+    widths = []
+    windows = []
+    for t in counts:
+        items = base + [(L, c * t) for L, c in step]
+        cgf = sum(c * tables[id(L)] for L, c in items if c)
+        with np.errstate(invalid="ignore"):
+            ends = (cgf - log_tau) / _LAMBDAS  # upper ends for lam > 0, lower ends for lam < 0
+        hi = math.ceil(np.nanmin(np.where(_LAMBDAS > 0, ends, np.inf))) + 1
+        lo = math.floor(np.nanmax(np.where(_LAMBDAS < 0, ends, -np.inf))) - 1
+        windows.append((lo, hi))
+        widths.append(hi - lo + 1)
+    support = max(len(L.up) for L, _ in base + step)
+    size = sfft.next_fast_len(max(max(widths), support) + 1, real=True)
+    if size * 16 * 4 > max_memory:
+        raise MemoryError(size * 16 * 4 / max_memory)
+    spectra = {id(L): sfft.rfft(L.up, size) for L, _ in base + step}
+    base_spec = np.ones(size // 2 + 1, dtype=np.complex128)
+    for L, c in base:
+        base_spec *= np.power(spectra[id(L)], c)
+    out = np.empty(len(counts))
+    for i, t in enumerate(counts):
+        items = base + [(L, c * t) for L, c in step if c * t]
+        n = sum(c for _, c in items)
+        if n == 0:
+            out[i] = 0.0
+            continue
+        spectrum = base_spec.copy()
+        for L, c in step:
+            spectrum *= np.power(spectra[id(L)], c * t)
+        offset = sum(c * L.start for L, c in items)
+        lo, hi = windows[i]
+        circular = sfft.irfft(spectrum, size)
+        window = np.roll(circular, -((lo - offset) % size))
+        noise = max(0.0, -float(window.min()))
+        up = _Sum(lo, np.maximum(window, 0.0), h, 0.0, 2.0 * max(noise, 2.0**-60) * size)
+        inf_mass = -math.expm1(sum(c * math.log1p(-L.up_inf) for L, c in items))
+        hoeffding = math.sqrt(n * math.log(1.0 / tau) / 2.0)
+        c_up = sum(c * L.gap_up for L, c in items) - h * hoeffding
+        budget = delta - (inf_mass + 3 * tau + up.error)
+        out[i] = max(0.0, up.x_at(budget) - c_up) if budget > 0 else math.inf
+    return out
 
 
 def _window_estimate(pairs, delta: float) -> float:
@@ -335,9 +437,8 @@ def _window_estimate(pairs, delta: float) -> float:
     return 14.0 * math.sqrt(variance) + support
 
 
-def _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory):
+def _direction_bounds(pairs, delta, h, tau, hoeffding, max_memory, tail):
     n = sum(c for _, c in pairs)
-    tail = _DELTA_SHARE * delta / n
     lattices = [(_lattice_cached(pair, h, tail), c) for pair, c in pairs]
     if max(len(L.up) for L, _ in lattices) * 8 * 6 > max_memory:
         raise MemoryError

@@ -105,3 +105,31 @@ def test_laplace_composition(scale, steps, delta, dp_accounting):
     assert r.epsilon_lower <= dp_accounting + 1e-5 and dp_accounting <= r.epsilon_upper * 1.005
     assert r.epsilon_upper <= steps / scale  # never worse than pure-DP composition (Dwork & Roth, Thm 3.16)
     assert r.epsilon_upper - r.epsilon_lower <= 0.01 * r.epsilon_upper
+
+
+@pytest.mark.parametrize("event, steps, delta", [
+    (PoissonSampled(0.004, Gaussian(1.0)), 250, 1e-6),
+    (Gaussian(5.0), 40, 1e-5),
+])
+def test_trajectory_is_a_valid_schedule(event, steps, delta):
+    acc = PldAccountant().compose(event, steps)
+    counts = [1, 2, 7, steps // 3, steps]
+    trajectory = acc.trajectory(counts, delta)
+    assert np.all(np.diff(trajectory) >= 0)
+    for t, value in zip(counts, trajectory):
+        fresh = PldAccountant().compose(event, t).get_epsilon_bounds(delta)
+        # a valid upper bound (at or above the certified lower bound), never looser than RDP, and close
+        # to the fresh upper bound (the trajectory shares one lattice, sized for the finest need)
+        assert fresh.epsilon_lower <= value <= RdpAccountant().compose(event, t).get_epsilon(delta)
+        assert value <= fresh.epsilon_upper + 0.01 * fresh.epsilon_upper
+
+
+def test_trajectory_on_top_of_the_ledger_and_with_a_step_event():
+    base, step = Gaussian(3.0), PoissonSampled(0.01, Gaussian(1.0))
+    acc = PldAccountant().compose(base, 2)
+    via_step = acc.trajectory([5, 50], 1e-6, step_event=step)
+    direct = [PldAccountant().compose(base, 2).compose(step, t).get_epsilon_bounds(1e-6) for t in (5, 50)]
+    for value, fresh in zip(via_step, direct):
+        assert fresh.epsilon_lower <= value <= fresh.epsilon_upper * 1.01
+    with pytest.raises(ValueError, match="trajectory needs"):
+        PldAccountant().trajectory([1], 1e-6)
