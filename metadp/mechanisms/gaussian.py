@@ -91,7 +91,11 @@ class GaussianMixturePair(DominatingPair):
             slope = np.sum(special.softmax(terms, axis=1) * self._a, axis=1)
             step = (value - target) / slope
             x = x - step
-            if np.all(np.abs(step) <= 1e-15 * np.maximum(1.0, np.abs(x))):
+            # converged, or at the round-off level of the residual: logsumexp is exact to a few ulps of
+            # its largest term, so steps below that over the slope are noise
+            scale = np.max(np.abs(terms), axis=1) + np.abs(target)
+            floor = 8.0 * np.finfo(float).eps * (np.abs(x) + scale / slope)
+            if np.all(np.abs(step) <= np.maximum(1e-15 * np.maximum(1.0, np.abs(x)), floor)):
                 break
         out[ok] = x
         return out
@@ -172,6 +176,25 @@ class GaussianMixturePair(DominatingPair):
                 density = np.exp(-0.5 * (nodes / self.sigma) ** 2)
             cells[idx] = 0.5 * (b - a) * (density @ _GL_W) / (self.sigma * math.sqrt(2.0 * math.pi))
         return cells, below, above
+
+    def profile(self, epsilon) -> np.ndarray:
+        """delta(eps) without the cancellation of sf_P - e^eps sf_Q: with x0 the loss threshold,
+        add:    sum_k w_k [Phi~((x0 - s_k)/s) - Phi~(x0/s)] - expm1(eps) Phi~(x0/s),
+        remove: sum_k w_k [Phi(x1/s) - Phi((x1 - s_k)/s)] - expm1(eps) sum_k w_k Phi((x1 - s_k)/s),
+        so zero-shift components drop out exactly (Phi~ = 1 - Phi, x1 = x(-eps))."""
+        eps = np.asarray(epsilon, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.direction == "add":
+                x0 = self._inverse_add(eps)[..., None]
+                null = special.ndtr(-x0 / self.sigma)
+                terms = self.weights * (special.ndtr((self.shifts - x0) / self.sigma) - null)
+                value = terms.sum(axis=-1) - np.expm1(eps) * null[..., 0]
+            else:
+                x1 = self._inverse_add(-eps)[..., None]
+                shifted = special.ndtr((x1 - self.shifts) / self.sigma)
+                terms = self.weights * (special.ndtr(x1 / self.sigma) - shifted)
+                value = terms.sum(axis=-1) - np.expm1(eps) * (self.weights * shifted).sum(axis=-1)
+        return np.clip(np.where(np.isnan(value), 0.0, value), 0.0, 1.0)
 
     def loss_bracket(self, tail: float) -> Tuple[float, float]:
         check_probability("tail", tail)

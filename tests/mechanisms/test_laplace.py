@@ -139,6 +139,22 @@ def test_q_is_the_exponentially_tilted_p(scale):
         assert abs(tilted - float(pair.loss_cdf(level, "Q"))) <= 1e-12
 
 
+@pytest.mark.parametrize("scale", [0.25, 4.0])
+def test_cell_masses_match_quadrature(scale):
+    # The PLD accountant's discretisation: masses of (e_{i-1}, e_i], atoms included, sum to one.
+    pair, ref = LaplacePair(scale), MpLaplace(scale)
+    e0 = pair.epsilon0
+    edges = np.linspace(-1.5 * e0, 1.5 * e0, 14)  # no edge on an atom: each atom inside one cell
+    for under in "PQ":
+        cells, below, above = pair.cell_masses(edges, under)
+        assert below == 0 and above == 0
+        assert math.fsum(cells) == pytest.approx(1.0, abs=1e-15)
+        with mpmath.workdps(DPS):
+            for i, mass in enumerate(cells):
+                exact = ref.loss_cdf(edges[i + 1], under) - ref.loss_cdf(edges[i], under)
+                _assert_close(float(mass), exact, f"cell {i} under {under}")
+
+
 @pytest.mark.parametrize("scale", [0.05, 1.0, 1000.0])
 def test_rdp_matches_quadrature(scale):
     pair, ref = LaplacePair(scale), MpLaplace(scale)

@@ -103,6 +103,20 @@ def test_rdp_matches_reference(pair, ref):
     assert np.all(np.diff(values) >= 0) and np.all(values <= pair.epsilon0)
 
 
+@pytest.mark.parametrize("pair,ref", list(_cases())[1:])
+def test_cell_masses(pair, ref):
+    # The PLD accountant's discretisation: each atom lands whole in the cell (e_{i-1}, e_i] holding it.
+    e0 = pair.epsilon0
+    edges = np.array([-2 * e0, -0.5 * e0, 0.5 * e0, 2 * e0])
+    for under in "PQ":
+        cells, below, above = pair.cell_masses(edges, under)
+        assert below == 0 and above == 0 and cells[1] == 0
+        with mpmath.workdps(DPS):  # -e0 at 53 bits would round the reference's atom away
+            low, high = ref.loss_cdf(-ref.e0, under), ref.loss_sf(0, under)
+        _assert_close(float(cells[0]), low, f"cell of -eps0 under {under}")
+        _assert_close(float(cells[2]), high, f"cell of +eps0 under {under}")
+
+
 def test_eps0_and_probability_parametrisations_agree():
     a = RandomizedResponsePair(0.75)
     b = RandomizedResponsePair.from_epsilon(math.log(3.0))
