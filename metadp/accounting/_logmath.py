@@ -21,6 +21,7 @@ __all__ = [
     "log_erfc",
     "log_expm1",
     "log1mexp",
+    "log_binomial_series_remainder",
 ]
 
 _LOG2 = float(np.log(2.0))
@@ -144,3 +145,22 @@ def log1mexp(x):
         near_zero = np.log(-np.expm1(x))  # x = 0 gives -inf, as it should
         far = np.log1p(-np.exp(x))
     return _out(np.where(x > -_LOG2, near_zero, far))
+
+
+def log_binomial_series_remainder(x, log_abs_x, alpha: float, terms: int = 56):
+    """log of sum_{i>=2} C(alpha, i) x^i = (1+x)^alpha - 1 - alpha x, by its series.
+
+    For |x| <= 1/(2 max(|alpha|, 1)) consecutive terms shrink by at least half, so ``terms`` = 56
+    reaches double precision. ``x`` are the (small) values, ``log_abs_x`` their log-magnitudes (kept
+    separately so that x^2 does not underflow); entries outside the range are meaningless.
+    """
+    coef = np.empty(terms)
+    c = alpha * (alpha - 1.0) / 2.0
+    for j in range(terms):
+        coef[j] = c
+        c *= (alpha - 2.0 - j) / (3.0 + j)
+    poly = np.zeros_like(np.asarray(x, dtype=np.float64))
+    for c in coef[::-1]:
+        poly = poly * x + c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 2.0 * np.asarray(log_abs_x) + np.log(poly)

@@ -28,7 +28,7 @@ import numpy as np
 from scipy import optimize, special
 
 from metadp._validation import check_positive, check_probability
-from metadp.accounting._logmath import log1mexp, log_comb, log_expm1
+from metadp.accounting._logmath import log1mexp, log_binomial_series_remainder, log_comb, log_expm1
 from metadp.accounting._quadrature import integrate_log
 
 __all__ = [
@@ -179,15 +179,7 @@ def _log_g(x_sign: np.ndarray, log_abs_x: np.ndarray, log1p_x: np.ndarray, alpha
         small = abs_x <= 0.5 / max(alpha, 1.0)
         # Series branch: g = x^2 sum_{i>=2} C(alpha, i) x^(i-2); consecutive terms shrink by >= 1/2.
         xs = np.where(small, x_sign * abs_x, 0.0)
-        coef = np.empty(_SERIES_TERMS)
-        c = alpha * (alpha - 1.0) / 2.0
-        for j in range(_SERIES_TERMS):
-            coef[j] = c
-            c *= (alpha - 2.0 - j) / (3.0 + j)
-        poly = np.zeros_like(xs)
-        for c in coef[::-1]:
-            poly = poly * xs + c
-        series = 2.0 * log_abs_x + np.log(poly)
+        series = log_binomial_series_remainder(xs, log_abs_x, alpha, _SERIES_TERMS)
         # Direct branch: |alpha x| > 1/2, so (1+x)^alpha and 1 + alpha x are well separated.
         t = alpha * log1p_x
         one_plus_ax = 1.0 + alpha * x_sign * abs_x

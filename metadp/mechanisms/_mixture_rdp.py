@@ -197,22 +197,14 @@ class _Mixture:
 
 def _log_g(sign: np.ndarray, log_abs_y: np.ndarray, u: np.ndarray, beta: float) -> np.ndarray:
     """log g(y), g(y) = (1 + y)^beta - 1 - beta y >= 0, for beta >= 1 or beta <= 0 (y in sign/log form)."""
-    from metadp.accounting._logmath import log1mexp, log_expm1
+    from metadp.accounting._logmath import log1mexp, log_binomial_series_remainder, log_expm1
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         abs_y = np.exp(log_abs_y)
         small = abs_y <= 0.5 / (abs(beta) + 1.0)
         # Series: g = y^2 sum_j C(beta, j + 2) y^j; |C(beta, j+1) / C(beta, j)| |y| <= 1/2 here.
         ys = np.where(small, sign * abs_y, 0.0)
-        coef = np.empty(_SERIES_TERMS)
-        c = beta * (beta - 1.0) / 2.0
-        for j in range(_SERIES_TERMS):
-            coef[j] = c
-            c *= (beta - 2.0 - j) / (3.0 + j)
-        poly = np.zeros_like(ys)
-        for c in coef[::-1]:
-            poly = poly * ys + c
-        series = 2.0 * log_abs_y + np.log(poly)
+        series = log_binomial_series_remainder(ys, log_abs_y, beta, _SERIES_TERMS)
 
         # Direct: g = A - B with both parts positive and A >= B; log g = log A + log1mexp(log B - log A).
         pos = sign > 0

@@ -412,3 +412,16 @@ def test_arrays_match_scalars(lm, name, args):
         scalar = fn(*(float(a[index]) for a in args))
         assert np.ndim(scalar) == 0
         assert float(scalar) == out[index]
+
+
+@pytest.mark.parametrize("alpha", [1.01, 1.5, 2.0, 7.25, 300.0, -0.5, -3.0])
+@pytest.mark.parametrize("fraction", [1e-12, 1e-4, 0.3, 1.0])
+def test_log_binomial_series_remainder(lm, alpha, fraction):
+    # log((1+x)^a - 1 - a x) at |x| up to the series' range 1/(2 max(|a|, 1)), both signs; mpmath 50 digits.
+    for sign in (1.0, -1.0):
+        x = sign * fraction * 0.5 / max(abs(alpha), 1.0)
+        with mpmath.workdps(50):
+            xm, am = mpmath.mpf(x), mpmath.mpf(alpha)
+            ref = mpmath.log((1 + xm) ** am - 1 - am * xm)
+        got = lm.log_binomial_series_remainder(np.array([x]), np.array([math.log(abs(x))]), alpha)[0]
+        assert abs(got - float(ref)) <= 1e-13 * max(1.0, abs(float(ref))), (alpha, x, got, ref)
