@@ -19,7 +19,6 @@ Conventions (DESIGN.md sec. 2-3):
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Tuple
 
 from metadp._validation import check_count, check_positive, check_probability, check_real

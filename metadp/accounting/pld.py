@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import List, Tuple
 
 import numpy as np
 from scipy import fft as sfft
@@ -378,7 +378,6 @@ def _trajectory_direction(base, step, counts, delta, h, tail, max_memory) -> np.
     tau = _DELTA_SHARE * delta
     log_tau = math.log(tau)
     tables = {id(L): _cgf_table(L) for L, _ in base + step}
-    max_t = max(counts)
     widths = []
     windows = []
     for t in counts:

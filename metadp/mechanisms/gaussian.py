@@ -102,7 +102,6 @@ class GaussianMixturePair(DominatingPair):
 
     def _closed_form_inverse(self, target: np.ndarray):
         """x(l) in closed form for one shift (the Gaussian) or shifts (0, s) (Poisson subsampling)."""
-        s2 = self.sigma**2
         if len(self.shifts) == 1:
             (a,), (b,), (lw,) = self._a, self._b, self._log_w
             return (target - lw + b) / a
