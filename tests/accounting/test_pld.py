@@ -133,3 +133,13 @@ def test_trajectory_on_top_of_the_ledger_and_with_a_step_event():
         assert fresh.epsilon_lower <= value <= fresh.epsilon_upper * 1.01
     with pytest.raises(ValueError, match="trajectory needs"):
         PldAccountant().trajectory([1], 1e-6)
+
+
+@pytest.mark.slow
+def test_long_composition_acceptance_plan():
+    # Issue 3 plan: rate 1e-4, noise 0.8, 1e6 steps, delta 1e-7. Anchors run on this machine 2026-11-21:
+    # dp-accounting PLD (1e-4) 0.93302 (above prv's certified upper bound 0.92275); prv lower 0.90267.
+    r = PldAccountant().compose(PoissonSampled(1e-4, Gaussian(0.8)), 10**6).get_epsilon_bounds(1e-7)
+    assert 0.90267 <= r.epsilon_upper <= 0.93302 * 1.005
+    assert r.epsilon_upper <= 0.92275 + 1e-5  # below prv-accountant's own certified upper bound
+    assert r.epsilon_upper - r.epsilon_lower <= 0.01 * r.epsilon_upper
