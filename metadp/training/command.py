@@ -1,11 +1,13 @@
-"""``metadp train``: MAML or task-level DP-MAML on sinusoid, synthetic glyphs or Omniglot, with a budget.
+"""``metadp train``: MAML, Reptile and their private forms on sinusoid, synthetic glyphs or Omniglot.
 
     metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin
+    metadp train dp-reptile --data glyphs --epsilon 4 --inner-steps 3 --out runs/rep
     metadp train maml --data omniglot --steps 500 --out runs/omni
 
-With ``--epsilon`` and no ``--noise``, the noise multiplier is calibrated so that the asked steps fit
-the budget (certified, PLD); with both, the run stops at the last step within the budget. The run
-writes ``ledger.jsonl``, ``checkpoint.pt``, ``metrics.jsonl``, ``privacy_report.json`` and
+With ``--epsilon`` and no noise given, the noise is calibrated so that the asked steps fit the budget
+of ``--unit`` (certified, PLD; ``metadp.training.trainer.calibrate``); with a noise given, the run stops
+at the last step within the budget. The run writes one ``ledger-<view>.jsonl`` per guarantee,
+``checkpoint.pt``, ``metrics.jsonl``, ``privacy_report.json`` (every view's epsilon) and
 ``evaluation.json`` into ``--out``; ``--resume`` continues a killed run without forgetting spent budget.
 """
 
@@ -20,30 +22,56 @@ __all__ = ["add_train_parser", "run_train"]
 
 _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin\n"
              "  metadp train maml --data glyphs --steps 300 --out runs/glyphs\n"
+             "  metadp train dp-agr --data glyphs --epsilon 2 --clip-policy quantile --out runs/agr\n"
              "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume")
 
 
 def add_train_parser(sub, number, formatter) -> None:
-    t = sub.add_parser("train", help="train MAML or task-level DP-MAML within a privacy budget (needs torch)",
-                       epilog=_EXAMPLES, formatter_class=formatter)
-    t.add_argument("algorithm", choices=("maml", "dp-maml"), help="maml (non-private) or dp-maml (task-level)")
+    from metadp.training.clipping import POLICIES
+
+    algorithms = ("maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr")
+    t = sub.add_parser("train", help="train MAML, Reptile, DP-MAML, DP-Reptile or DP-FedMeta within a privacy budget "
+                       "(needs torch)", epilog=_EXAMPLES, formatter_class=formatter)
+    t.add_argument("algorithm", choices=algorithms,
+                   help="maml, reptile (non-private); dp-maml (task level, dp-maml Alg. 1), dp-maml-sample (Alg. 2), "
+                        "dp-reptile (task-global), dp-agr, dp-agrlr (DP-FedMeta)")
     t.add_argument("--data", choices=("sinusoid", "glyphs", "omniglot"), default="sinusoid")
-    t.add_argument("--unit", choices=("task",), default="task", help="protected unit (task-level DP-MAML)")
-    t.add_argument("--epsilon", type=number("--epsilon", float), help="budget (dp-maml); with --delta")
+    t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
+                   help="the guarantee whose budget stops the run (default: task; record for dp-maml-sample and "
+                        "dp-reptile); every other one is reported too")
+    t.add_argument("--sampler", choices=("poisson", "fixed", "one-pass"),
+                   help="task sampling (default poisson; one-pass for dp-agr, dp-agrlr, dp-reptile)")
+    t.add_argument("--epsilon", type=number("--epsilon", float), help="budget of --unit at --delta")
     t.add_argument("--delta", type=number("--delta", float), default=1e-5)
-    t.add_argument("--noise", type=number("--noise", float), help="noise multiplier z (default: calibrated to the budget)")
-    t.add_argument("--clip", type=number("--clip", float), default=1.0, help="per-task clipping threshold C")
+    t.add_argument("--noise", type=number("--noise", float),
+                   help="noise multiplier z of the released sum (default: calibrated to the budget)")
+    t.add_argument("--clip", type=number("--clip", float), default=1.0,
+                   help="C: per-task clip (dp-maml, dp-agr*) or per-example query clip (dp-maml-sample)")
+    t.add_argument("--clip-mode", choices=("flat", "per_layer"), default="flat")
+    t.add_argument("--clip-policy", choices=POLICIES, default="fixed",
+                   help="threshold updates: noisy-window (post-processing), quantile (Andrew et al., accounted), "
+                        "raw-percentile (NOT private; needs no --epsilon)")
+    t.add_argument("--count-noise", type=number("--count-noise", float),
+                   help="quantile policy: noise std on the unclipped count (default meta-batch / 20)")
+    t.add_argument("--inner-clip", type=number("--inner-clip", float), default=1.0,
+                   help="per-example clip inside tasks (dp-maml-sample, dp-agrlr, dp-reptile)")
+    t.add_argument("--inner-noise", type=number("--inner-noise", float),
+                   help="z_in inside tasks (default: --noise; calibrated for dp-reptile and record-vs-server)")
     t.add_argument("--steps", type=number("--steps", int), default=1000)
     t.add_argument("--meta-batch", type=number("--meta-batch", float), default=32.0, help="expected tasks per step")
     t.add_argument("--pool", type=number("--pool", int), default=10000, help="fixed pool of training tasks")
     t.add_argument("--inner-steps", type=number("--inner-steps", int), default=1)
     t.add_argument("--inner-lr", type=number("--inner-lr", float))
-    t.add_argument("--outer-lr", type=number("--outer-lr", float), default=1e-3)
+    t.add_argument("--outer-lr", type=number("--outer-lr", float),
+                   help="Adam learning rate (MAML family, default 1e-3) or Reptile step size (default 1.0)")
     t.add_argument("--first-order", action="store_true")
+    t.add_argument("--chunk-size", type=number("--chunk-size", int), help="tasks per vmap chunk (bounds memory)")
     t.add_argument("--seed", type=number("--seed", int), default=0)
     t.add_argument("--device", default="cpu", help="cpu or cuda")
     t.add_argument("--out", default="metadp-run", help="output folder (default metadp-run)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out")
+    t.add_argument("--rotations", action="store_true",
+                   help="Omniglot: characters rotated by 90, 180, 270 degrees are new classes (augmentation)")
     t.add_argument("--eval-tasks", type=number("--eval-tasks", int), default=600,
                    help="held-out tasks for the final evaluation (default 600; Omniglot uses its 20 one-shot runs)")
 
@@ -60,7 +88,7 @@ def _setup(args):
         images = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
         pool = tasks.EpisodePool(images[:150], args.pool, n_way=5, k_shot=1, k_query=1, seed=args.seed)
         return models.Conv4(5, norm="group").to(args.device), pool, torch.nn.functional.cross_entropy, 0.4
-    images = data.load_omniglot_background(device=args.device).images  # minimal splits (no download)
+    images = data.load_omniglot_background(rotations=args.rotations, device=args.device).images  # no download
     pool = tasks.EpisodePool(images, args.pool, n_way=20, k_shot=1, k_query=1, seed=args.seed)
     return models.Conv4(20, norm="group").to(args.device), pool, torch.nn.functional.cross_entropy, 0.4
 
@@ -88,30 +116,35 @@ def run_train(args) -> None:
         raise ValueError('metadp train needs torch: pip install "metadp[train]" (CPU build: pip install torch)') from None
     from tqdm import tqdm
 
-    from metadp.accounting import Gaussian, PoissonSampled
-    from metadp.training.budget import noise_for_budget
-    from metadp.training.trainer import TrainConfig, train
+    from metadp.training.trainer import TrainConfig, calibrate, train
 
-    private = args.algorithm == "dp-maml"
-    if private and args.epsilon is None and args.noise is None:
-        raise ValueError("dp-maml needs --epsilon (the budget) or --noise (then the budget is unlimited)")
+    private = args.algorithm.startswith("dp-")
+    if private and args.epsilon is None and args.noise is None and args.inner_noise is None:
+        raise ValueError(f"{args.algorithm} needs --epsilon (the budget) or --noise (then the budget is unlimited)")
     model, pool, loss_fn, inner_lr = _setup(args)
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
+    outer_lr = args.outer_lr if args.outer_lr is not None else (1.0 if "reptile" in args.algorithm else 1e-3)
     epsilon = args.epsilon if args.epsilon is not None else math.inf
-    noise = args.noise if args.noise is not None else 0.0
-    if private and args.noise is None:
-        rate = min(1.0, args.meta_batch / args.pool)
-        noise = noise_for_budget(lambda z: PoissonSampled(rate, Gaussian(z)), args.steps, epsilon, args.delta)
-        print(f"noise multiplier {noise:.4g}: {args.steps:,} steps fit epsilon <= {epsilon:g} at delta {args.delta:g} (PLD)")
-    config = TrainConfig(algorithm=args.algorithm, steps=args.steps, meta_batch=args.meta_batch,
-                         inner_steps=args.inner_steps, inner_lr=inner_lr, outer_lr=args.outer_lr,
-                         first_order=args.first_order, clip=args.clip, noise_multiplier=noise, epsilon=epsilon,
-                         delta=args.delta, seed=args.seed)
+    noise = args.noise if args.noise is not None else 1.0
+    config = TrainConfig(algorithm=args.algorithm, unit=args.unit, sampler=args.sampler, steps=args.steps,
+                         meta_batch=args.meta_batch, inner_steps=args.inner_steps, inner_lr=inner_lr, outer_lr=outer_lr,
+                         first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, noise_multiplier=noise,
+                         inner_clip=args.inner_clip, inner_noise=args.inner_noise if args.inner_noise is not None else noise,
+                         clip_policy=args.clip_policy, count_noise=args.count_noise, epsilon=epsilon, delta=args.delta,
+                         seed=args.seed, chunk_size=args.chunk_size)
+    if private and math.isfinite(epsilon) and args.noise is None and args.inner_noise is None:
+        config = calibrate(pool, config)
+        print(f"noise calibrated to the budget of the {config.budget_unit} view: z = {config.noise_multiplier:.4g}, "
+              f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
+              f"{args.delta:g}, PLD)")
+    if args.clip_policy == "raw-percentile":
+        print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "
+              "(dp-maml.txt Sec. 5.2.1): this run is NOT differentially private and reports no epsilon", file=sys.stderr)
     bar = tqdm(total=args.steps, file=sys.stderr, desc=args.algorithm, leave=False)
 
     def progress(step, loss, spent):
         bar.n = step
-        # the scheduled certified epsilon: an upper bound at --delta, task level
+        # the budget view's certified epsilon so far: an upper bound at --delta
         bar.set_postfix({"loss": f"{loss:.3f}", "eps<=": f"{spent:.3g}" if private else "n/a (non-private)"},
                         refresh=False)
         bar.refresh()
@@ -124,7 +157,14 @@ def run_train(args) -> None:
     out = Path(args.out)
     (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
                                                      "half_width_95": score.half_width, "tasks": score.n_tasks}))
-    spent = (f"epsilon <= {result.epsilon_spent:.4g} (upper bound, PLD, task level) at delta = {args.delta:g}"
-             if private else "non-private: no privacy guarantee")
-    print(f"{args.algorithm}: {result.steps_done:,} steps (last within budget: {result.last_step:,}); {spent}")
+    print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,})")
+    if not private:
+        print("non-private: no privacy guarantee")
+    for view in result.report["views"]:
+        budget = " [budget]" if view["view"] == config.budget_unit else ""
+        if view["epsilon"] is None:
+            print(f"  {view['view']}{budget}: no guarantee ({view['note']})")
+        else:
+            print(f"  {view['view']}{budget}: epsilon <= {view['epsilon']:.4g} (upper bound, PLD) at delta = "
+                  f"{args.delta:g}; against {view['adversary']}; {view['note']}")
     print(f"evaluation: {score}; files in {out}/")

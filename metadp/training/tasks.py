@@ -50,6 +50,23 @@ class SinusoidPool:
         x, y, k = self._x[indices], self._y[indices], self.k_support
         return x[:, :k], y[:, :k], x[:, k:], y[:, k:]
 
+    def joint_batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of each task's records, support and query together (Reptile trains on all of them)."""
+        return self._x[indices], self._y[indices]
+
+    @property
+    def query_per_task(self) -> int:
+        return self.k_query
+
+    def record_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        """The records of the given tasks, int64 [len(indices), k_support + k_query] (each point is a record)."""
+        k = self.k_support + self.k_query
+        return indices.reshape(-1, 1) * k + torch.arange(k, device=indices.device)
+
+    def record_multiplicity(self) -> int:
+        """The most tasks any record is in: 1 (every task draws its own points)."""
+        return 1
+
     @staticmethod
     def fresh(n_tasks: int, k_support: int, k_query: int, generator: torch.Generator, device="cpu"):
         """Held-out tasks drawn afresh (evaluation), in the same layout."""
@@ -82,6 +99,27 @@ class EpisodePool:
         self._examples = torch.argsort(torch.rand(self.size, self.n_way, per_class, generator=g), dim=2)[:, :, :m]
         device = self.images.device
         self._classes, self._examples = self._classes.to(device), self._examples.to(device)
+
+    @property
+    def query_per_task(self) -> int:
+        return self.n_way * self.k_query
+
+    def record_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        """The records (images, numbered class * per_class + example) of the given tasks, int64 [T, n_way (k_shot
+        + k_query)]; a task holds distinct images."""
+        per_class = self.images.shape[1]
+        ids = self._classes[indices][:, :, None] * per_class + self._examples[indices]
+        return ids.reshape(ids.shape[0], -1)
+
+    def record_multiplicity(self) -> int:
+        """The most tasks of the pool that any one image is in (the k of record-level accounting)."""
+        counts = torch.bincount(self.record_ids(torch.arange(self.size, device=self._classes.device)).reshape(-1))
+        return int(counts.max())
+
+    def joint_batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of each task's images, support and query together (Reptile trains on all of them)."""
+        x_s, y_s, x_q, y_q = self.batch(indices)
+        return torch.cat([x_s, x_q], dim=1), torch.cat([y_s, y_q], dim=1)
 
     def batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         classes, examples = self._classes[indices], self._examples[indices]  # [T, n], [T, n, m]

@@ -1,21 +1,43 @@
-"""MAML and task-level DP-MAML, one readable loop, that stops exactly when the planned budget is spent.
+"""One readable loop for MAML, Reptile and their private forms, that stops exactly when the planned
+budget is spent (DESIGN.md sec. 4 and 7).
 
-Task-level DP-MAML (dp-maml.txt Alg. 1), as run here (DESIGN.md sec. 4 and 7):
+Algorithms (``TrainConfig.algorithm``):
 
-1. before step 1: the sampler's step event (Poisson sampling of tasks from a fixed pool, Gaussian
-   noise z on the clipped sum) gives the budget schedule; the run stops after ``last_step`` releases;
-2. each step: Poisson-sample tasks (static shapes: sampled rows padded, pads weighted 0); per-task
-   meta-gradients by ``torch.func`` (vmap over tasks, first or second order); clip each to C; sum;
-   add N(0, (zC)^2) once; divide by the *expected* batch size q N (the realised size is private);
-   Adam on the result (post-processing of released noisy sums);
-3. every noisy release is appended to the hash-chained ledger (fsync) *before* the update is used;
-   checkpoints hold the parameters, optimiser, sampler and generator states and the ledger's length
-   and head; a resumed run counts every ledger entry, including releases after the last checkpoint,
-   and never resets spent budget.
+==================  ==================================================================  ======================
+algorithm           a step                                                              released with noise
+==================  ==================================================================  ======================
+maml                per-task meta-gradients (first or second order), averaged, Adam     nothing (non-private)
+reptile             per-task SGD updates theta_i - theta, averaged, SGD on them          nothing (non-private)
+dp-maml             dp-maml.txt Alg. 1: per-task meta-gradients clipped to C, summed,     the sum, N(0, (zC)^2)
+                    noise once, Adam
+dp-maml-sample      dp-maml.txt Alg. 2: DP inner loop (per-example clip C_in, noise       inner sums; the sum
+                    z_in C_in), per-example query gradients clipped to C, summed over
+                    all tasks, noise once, Adam
+dp-reptile          dp-meta-learning-task-global.txt Alg. 1 (batched): full-batch DP-SGD  each task's update
+                    inside each task, updates averaged without further noise, SGD
+dp-agr              dp-fedmeta.txt Alg. 1-2: clients' meta-gradients clipped by the       the sum, N(0, (zC)^2)
+                    server, summed, noise once, Adam; one pass over clients by default
+dp-agrlr            dp-fedmeta.txt Alg. 2-3: each client runs the sample-level DP         clients' updates;
+                    computation and adds its own noise; the server as in dp-agr           the sum
+==================  ==================================================================  ======================
 
-Non-private MAML runs the same loop with no clipping and no noise (``algorithm="maml"``), so with
-z = 0 and C = inf the DP path reproduces it exactly. Thresholds are fixed in advance: no clipping
-threshold is ever computed from raw gradient norms.
+The privacy of a run is a set of *views* (``metadp.training.privacy``): task or client, record, and
+record against the party that sees the clients' updates. Before step 1 the chosen view (``unit``)
+gives the schedule: the last step within the budget (per step, per pass, or the visit cap per
+record); the loop stops there. Every release is appended to each view's hash-chained ledger
+(``ledger-<view>.jsonl``, fsync) *before* the update uses it; checkpoints hold the parameters,
+optimiser, sampler, generator and clipping states and each ledger's length and head; a resumed run
+counts every ledger entry, including releases after the last checkpoint, and never resets spent
+budget. At the end ``privacy_report.json`` gives every view's certified epsilon (PLD, from its ledger).
+
+Samplers: Poisson over the fixed pool of tasks (static shapes: the sampled rows padded, pads
+weighted 0; an empty sample still releases noise), fixed-size batches (substitution relation), and
+one pass (each task in exactly one step of a pass, balls in bins). The update divides by the
+*expected* batch size (the realised size of a Poisson sample is private).
+
+Non-private runs use the same loop with no clipping and no noise, so with z = 0 and C = inf each DP
+path reproduces its non-private path. No clipping threshold is computed from raw gradient norms unless
+``clip_policy="raw-percentile"``, which exists only to reproduce dp-maml.txt and voids every guarantee.
 """
 
 from __future__ import annotations
@@ -25,56 +47,130 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
-from metadp.accounting import Gaussian, NonPrivate
+from metadp.accounting import NonPrivate
+from metadp.accounting.adaptive_clipping import sum_noise_multiplier
+from metadp.accounting import events as ev
+from metadp.accounting.calibration import calibrate_noise, max_steps
 from metadp.training import functional as F
+from metadp.training import private_steps as P
 from metadp.training.budget import budget_schedule
+from metadp.training.clipping import POLICIES, ClipPolicy
 from metadp.training.ledger import Ledger
-from metadp.training.samplers import PoissonSampler
+from metadp.training.privacy import (ALGORITHMS, CENTRAL_TASK_CLIP, PRIVATE_ALGORITHMS, SamplingPlan, View,
+                                     default_unit, views)
+from metadp.training.samplers import BallsInBinsSampler, FixedSizeSampler, PoissonSampler
 
-__all__ = ["TrainConfig", "TrainResult", "train"]
+__all__ = ["TrainConfig", "TrainResult", "train", "calibrate", "run_views", "ALGORITHMS", "SAMPLERS"]
 
-ALGORITHMS = ("maml", "dp-maml")
+SAMPLERS = ("poisson", "fixed", "one-pass")
+UNITS = ("task", "record", "record-vs-server")  # privacy.View keys
+_INNER_DP = ("dp-maml-sample", "dp-agrlr", "dp-reptile")  # per-example DP inside each task
+_REPTILE = ("reptile", "dp-reptile")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    algorithm: str = "dp-maml"  # "maml" (non-private) or "dp-maml" (task-level, dp-maml.txt Alg. 1)
+    algorithm: str = "dp-maml"  # one of ALGORITHMS (module docstring)
+    unit: Optional[str] = None  # the view whose budget stops the run: one of UNITS (None: the algorithm's default)
+    sampler: Optional[str] = None  # "poisson", "fixed" or "one-pass" (None: one pass for dp-agr*, dp-reptile)
     steps: int = 1000  # steps asked for; a DP run stops earlier if the budget says so
-    meta_batch: float = 32.0  # expected tasks per step: Poisson rate = meta_batch / pool size
-    inner_steps: int = 1  # inner SGD steps on each task's support set
+    meta_batch: float = 32.0  # expected tasks per step (Poisson rate = meta_batch / pool size)
+    inner_steps: int = 1  # inner SGD steps on each task
     inner_lr: float = 0.01
-    outer_lr: float = 1e-3  # Adam on the (noisy) averaged meta-gradient
-    first_order: bool = False  # first-order MAML (no Hessian-vector terms)
-    clip: float = 1.0  # per-task L2 clipping threshold C (dp-maml only; fixed in advance)
-    noise_multiplier: float = 1.0  # z: noise std z C on the clipped sum (dp-maml only)
-    epsilon: float = math.inf  # budget at delta (dp-maml): the run stops at the last step within it
+    outer_lr: float = 1e-3  # Adam (MAML family) or SGD (Reptile family) on the averaged update
+    first_order: bool = False  # first-order meta-gradients
+    clip: float = 1.0  # C: per-task threshold (dp-maml, dp-agr*), per-example query threshold (dp-maml-sample)
+    clip_mode: str = "flat"  # "flat" or "per_layer" (functional.clip) for the clips outside the inner loop
+    noise_multiplier: float = 1.0  # z: noise std z C on the released sum
+    inner_clip: float = 1.0  # C_in: per-example threshold inside tasks (dp-maml-sample, dp-agrlr, dp-reptile)
+    inner_noise: float = 1.0  # z_in: noise std z_in C_in on each inner sum (and dp-agrlr's local query sum)
+    clip_policy: str = "fixed"  # metadp.training.clipping.POLICIES (per-task clip of dp-maml, dp-agr*)
+    clip_window: int = 64
+    clip_percentile: float = 50.0
+    clip_target: float = 0.5  # quantile policy: target fraction unclipped
+    clip_lr: float = 0.2  # quantile policy: geometric learning rate
+    count_noise: Optional[float] = None  # quantile policy: sigma_b (None: meta_batch / 20, Andrew et al.)
+    epsilon: float = math.inf  # budget at delta for ``unit``: the run stops at the last step within it
     delta: float = 1e-5
     seed: int = 0
     checkpoint_every: int = 50  # steps between checkpoints (and metric lines)
+    chunk_size: Optional[int] = None  # tasks per vmap chunk (memory bound; same result)
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        if self.algorithm == "dp-maml" and not (self.clip > 0 and self.noise_multiplier >= 0):
-            raise ValueError("dp-maml needs clip > 0 and noise_multiplier >= 0")
-        if self.algorithm == "dp-maml" and (self.noise_multiplier == 0 or math.isinf(self.clip)) \
-                and math.isfinite(self.epsilon):
-            raise ValueError("noise_multiplier 0 or clip inf spends an infinite budget: fix both, or set epsilon = inf")
-        if self.algorithm == "dp-maml" and math.isinf(self.clip) and self.noise_multiplier > 0:
-            raise ValueError("clip = inf (no clipping) has unbounded sensitivity: noise cannot be calibrated to it")
+        if self.sampler is not None and self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.unit is not None and self.unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
+        if self.unit == "record-vs-server" and self.algorithm != "dp-agrlr":
+            raise ValueError("unit 'record-vs-server' (the record against the server that sees each client's "
+                             "update) exists for dp-agrlr only")
+        if self.clip_policy not in POLICIES:
+            raise ValueError(f"clip_policy must be one of {POLICIES}, got {self.clip_policy!r}")
+        if self.clip_mode not in F.CLIP_MODES:
+            raise ValueError(f"clip_mode must be one of {F.CLIP_MODES}, got {self.clip_mode!r}")
+        if not self.private:
+            return
+        if not (self.clip > 0 and self.noise_multiplier >= 0 and self.inner_clip > 0 and self.inner_noise >= 0):
+            raise ValueError("a private algorithm needs clip > 0, inner_clip > 0, noise_multiplier >= 0 and "
+                             "inner_noise >= 0")
+        if not self.bounded and math.isfinite(self.epsilon):
+            raise ValueError("noise 0 or a clip of inf spends an infinite budget: fix both, or set epsilon = inf")
+        for name, c, z in (("clip", self.clip, self.noise_multiplier), ("inner_clip", self.inner_clip, self.inner_noise)):
+            if math.isinf(c) and z > 0:
+                raise ValueError(f"{name} = inf (no clipping) has unbounded sensitivity: noise cannot be calibrated to it")
+        if self.clip_policy != "fixed" and self.algorithm not in CENTRAL_TASK_CLIP:
+            raise ValueError(f"clip_policy {self.clip_policy!r} adapts the per-task clip of {CENTRAL_TASK_CLIP}; "
+                             f"{self.algorithm} clips per example with fixed thresholds")
+        if self.clip_policy == "raw-percentile" and math.isfinite(self.epsilon):
+            raise ValueError("clip_policy 'raw-percentile' (dp-maml.txt Sec. 5.2.1) computes thresholds from raw "
+                             "gradient norms: the run has no privacy guarantee, so it cannot have a budget (set "
+                             "epsilon = inf to reproduce the published method explicitly)")
+        if self.clip_policy == "quantile" and self.bounded and 2 * self.quantile_count_noise <= self.noise_multiplier:
+            raise ValueError(f"the quantile clip policy needs count_noise > z / 2 = {self.noise_multiplier / 2:.4g} (the "
+                             f"count's noise is part of the step's budget), got {self.quantile_count_noise:.4g}; "
+                             "raise --count-noise (default: meta-batch / 20)")
+
+    @property
+    def private(self) -> bool:
+        return self.algorithm in PRIVATE_ALGORITHMS
+
+    @property
+    def bounded(self) -> bool:
+        """Every release this algorithm makes has positive noise on a finite clip."""
+        central = self.algorithm != "dp-reptile"
+        inner = self.algorithm in _INNER_DP
+        return ((not central or (self.noise_multiplier > 0 and math.isfinite(self.clip)))
+                and (not inner or (self.inner_noise > 0 and math.isfinite(self.inner_clip))))
+
+    @property
+    def quantile_count_noise(self) -> float:
+        return self.count_noise if self.count_noise is not None else self.meta_batch / 20.0
+
+    @property
+    def sampling(self) -> str:
+        if self.sampler is not None:
+            return self.sampler
+        return "one-pass" if self.algorithm in ("dp-agr", "dp-agrlr", "dp-reptile") else "poisson"
+
+    @property
+    def budget_unit(self) -> str:
+        return self.unit or default_unit(self.algorithm)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
     params: dict
-    steps_done: int  # noisy releases in the ledger (DP) or steps taken
-    last_step: int  # the schedule's last step within budget (steps asked for when non-private)
-    epsilon_spent: float  # certified, from the ledger (0 for non-private MAML: it has no guarantee)
+    steps_done: int  # releases on record for the budget's view (DP with a step charge) or steps taken
+    last_step: int  # the schedule's last step within budget (steps asked for otherwise)
+    epsilon_spent: float  # certified, for the budget's view (0 for non-private runs: they have no guarantee)
     losses: tuple  # mean query loss of the sampled tasks per step (pre-update; diagnostics only)
+    report: dict  # privacy_report.json
 
 
 def _sampled_rows(mask: torch.Tensor, capacity: int):
@@ -98,97 +194,373 @@ def _save(path: Path, state: dict) -> None:
     os.replace(tmp, path)  # atomic: a crash leaves the previous checkpoint
 
 
+def _flat_norm(tensors: Dict[str, torch.Tensor]) -> float:
+    return math.sqrt(sum(float(t.double().square().sum()) for t in tensors.values()))
+
+
+def _sampling(pool, c: TrainConfig):
+    """(sampler, SamplingPlan, expected batch) of a run."""
+    gen = torch.Generator(device=_device_of(pool)).manual_seed(c.seed)
+    n = pool.size
+    if c.sampling == "poisson":
+        sampler = PoissonSampler(n, min(1.0, c.meta_batch / n), generator=gen)
+        return sampler, SamplingPlan("poisson", n, rate=sampler.rate), sampler.rate * n
+    if c.sampling == "fixed":
+        batch = max(1, min(n, round(c.meta_batch)))
+        return FixedSizeSampler(n, batch, generator=gen), SamplingPlan("fixed", n, batch=batch), float(batch)
+    per_pass = max(1, round(n / c.meta_batch))
+    return BallsInBinsSampler(n, per_pass, generator=gen), SamplingPlan("one-pass", n, steps_per_pass=per_pass), n / per_pass
+
+
+def _device_of(pool) -> torch.device:
+    tensor = getattr(pool, "images", None)
+    if tensor is None:
+        tensor = pool._x
+    return tensor.device
+
+
+def run_views(pool, c: TrainConfig, private_clipping: bool = True):
+    """The privacy views of ``c`` on ``pool`` (``metadp.training.privacy.views``) and the sampling plan."""
+    _, plan, _ = _sampling(pool, c)
+    if not c.private:
+        return plan, ()
+    found = views(c.algorithm, plan, noise=c.noise_multiplier if c.noise_multiplier > 0 else 1.0,
+                  inner_noise=c.inner_noise if c.inner_noise > 0 else 1.0, inner_steps=c.inner_steps,
+                  query_per_task=pool.query_per_task, record_multiplicity=pool.record_multiplicity(),
+                  first_order=c.first_order, private_clipping=private_clipping)
+    if not c.bounded:  # no noise or no clipping: each release is non-private (infinite epsilon)
+        found = tuple(dataclasses.replace(v, event=NonPrivate()) if v.event is not None else v for v in found)
+    return plan, found
+
+
+def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
+    """``c`` with its noise set so that ``c.steps`` steps spend the budget ``c.epsilon`` of its unit (PLD,
+    certified). Which noise: z for a view of the released sum; z_in for DP-Reptile's and DP-AGRLR's
+    record-vs-server views; both equal (as dp-maml.txt Alg. 2 uses one z) for sample-level DP-MAML's
+    record view. Per-visit views are calibrated for one-pass sampling (visits = passes x the record's
+    multiplicity); with Poisson sampling their visits are random: give the noise instead.
+
+    Raises:
+        ValueError: on a non-private algorithm, an infinite budget, or a per-visit view under Poisson
+            or fixed-size sampling.
+    """
+    if not c.private or not math.isfinite(c.epsilon):
+        raise ValueError("calibration needs a private algorithm and a finite epsilon")
+    _, plan, _ = _sampling(pool, c)
+    key = c.budget_unit
+    sets_inner = c.algorithm == "dp-reptile" or key == "record-vs-server"
+    both = c.algorithm == "dp-maml-sample" and key == "record"
+
+    def configured(z: float, base: TrainConfig = dataclasses.replace(c, clip_policy="fixed")) -> TrainConfig:
+        # the views do not depend on the clip policy (the quantile policy keeps the accounted z)
+        if both:
+            return dataclasses.replace(base, noise_multiplier=z, inner_noise=z)
+        return dataclasses.replace(base, inner_noise=z) if sets_inner else dataclasses.replace(base, noise_multiplier=z)
+
+    view = next(v for v in run_views(pool, c)[1] if v.key == key)
+    passes = math.ceil(c.steps / plan.steps_per_pass)
+    if view.charge == "visit":
+        if plan.scheme != "one-pass":
+            raise ValueError(f"the {key} view is charged per visit, which is random under {plan.scheme} sampling: "
+                             "give the noise multiplier instead of calibrating it")
+        count = passes * pool.record_multiplicity()
+    else:
+        count = c.steps if view.charge == "step" else passes
+
+    def event(z: float):
+        v = next(v for v in run_views(pool, configured(z))[1] if v.key == key)
+        return ev.SelfComposed(v.event, count)
+
+    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant="pld", rtol=rtol)
+    return configured(z, c)
+
+
+class _Run:
+    """The state of one run: sampler, views and their ledgers, clipping, visits (``train`` drives it)."""
+
+    def __init__(self, pool, config: TrainConfig, out: Path, device: str, resume: bool):
+        self.pool, self.config, self.out = pool, config, out
+        c = config
+        self.sampler, plan, self.expected = _sampling(pool, c)
+        self.plan = plan
+        self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
+        self.noise_gen = torch.Generator(device=device).manual_seed(c.seed + 1)
+        self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
+                                 target=c.clip_target, learning_rate=c.clip_lr,
+                                 count_noise=c.quantile_count_noise if c.clip_policy == "quantile" else None)
+        self.multiplicity = pool.record_multiplicity() if c.private else 1
+        self.views = self._views()
+        self.primary = next((v for v in self.views if v.key == c.budget_unit), None)
+        if c.private and (self.primary is None or (self.primary.event is None and math.isfinite(c.epsilon))):
+            why = f": {self.primary.reason}" if self.primary is not None else ""
+            raise ValueError(f"{c.algorithm} has no {c.budget_unit}-level guarantee to budget{why}")
+        self.record_visits = None
+        if any(v.charge == "visit" for v in self.views):
+            ids = pool.record_ids(torch.arange(pool.size, device=device))
+            self.record_visits = torch.zeros(int(ids.max()) + 1, dtype=torch.int64, device=device)
+        self.max_visits = 0
+        self.ledgers: Dict[str, Ledger] = {}
+        for v in self.views:
+            if v.event is None:
+                continue
+            path = out / f"ledger-{v.key}.jsonl"
+            meta = {"config": _json_safe(dataclasses.asdict(c)), "view": v.key, "adversary": v.adversary,
+                    "charge": v.charge, "basis": v.basis, "note": v.reason}
+            self.ledgers[v.key] = (Ledger.open(path, repair=True) if resume and path.exists()
+                                   else Ledger.create(path, v.relation, v.unit, c.delta, metadata=meta))
+        self.last_step, self.visit_cap, self.pass_cap, self.schedule = c.steps, math.inf, math.inf, None
+        p = self.primary
+        if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
+            if p.charge == "step":
+                self.schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation)
+                self.last_step = self.schedule.last_step
+            elif p.charge == "pass":
+                passes = math.ceil(c.steps / plan.steps_per_pass)
+                self.pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="pld",
+                                          limit=passes)
+                self.last_step = min(c.steps, self.pass_cap * plan.steps_per_pass)
+            else:
+                self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="pld",
+                                           limit=c.steps)
+        if p is not None and p.event is not None and (self.last_step == 0 or self.visit_cap == 0):
+            raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
+                             f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise or the budget")
+        self._spent_cache = (None, 0.0)
+
+    def _views(self):
+        return run_views(self.pool, self.config, self.policy.private)[1]
+
+    # -- budget ------------------------------------------------------------------------------------
+    @property
+    def primary_ledger(self) -> Optional[Ledger]:
+        return self.ledgers.get(self.primary.key) if self.primary is not None else None
+
+    def releases(self, done: int) -> int:
+        """Steps on record for the budget: the primary ledger's entries for a per-step charge, else ``done``."""
+        ledger = self.primary_ledger
+        if ledger is not None and self.primary.charge == "step":
+            return len(ledger.entries)
+        return done
+
+    def spent(self) -> float:
+        """The budget view's certified epsilon so far (the schedule's, or recomputed when the ledger grows)."""
+        ledger = self.primary_ledger
+        if ledger is None:
+            return 0.0
+        if self.schedule is not None:
+            return self.schedule.epsilon_after(len(ledger.entries))
+        if self._spent_cache[0] != len(ledger.entries):
+            self._spent_cache = (len(ledger.entries), ledger.spent(self.config.delta, kind="pld"))
+        return self._spent_cache[1]
+
+    def charge(self, step: int, new_pass: bool, visits_added: int) -> None:
+        """Appends this step's releases to every view's ledger (before anything uses them)."""
+        for v in self.views:
+            ledger = self.ledgers.get(v.key)
+            if ledger is None:
+                continue
+            if v.charge == "step" or (v.charge == "pass" and new_pass):
+                ledger.append(v.event, step=step)
+            elif v.charge == "visit" and visits_added > 0:
+                ledger.append(v.event, visits_added, step=step)
+
+    def count_visits(self, rows: torch.Tensor, weights: torch.Tensor) -> Optional[torch.Tensor]:
+        """The record visits after this step (not yet committed), or None when no view counts visits."""
+        if self.record_visits is None:
+            return None
+        ids = self.pool.record_ids(rows[weights > 0]).reshape(-1)
+        return self.record_visits + torch.bincount(ids, minlength=self.record_visits.numel())
+
+    def report(self, steps: int) -> dict:
+        c = self.config
+        entries = []
+        for v in self.views:
+            ledger = self.ledgers.get(v.key)
+            eps = ledger.spent(c.delta, kind="pld") if ledger is not None else None
+            entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
+                            "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
+                            "epsilon": eps if eps is not None and math.isfinite(eps) else None,
+                            "guarantee": ("none" if eps is None or not math.isfinite(eps) else "upper bound"),
+                            "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
+                            "note": v.reason})
+        plan = self.plan
+        return {
+            "algorithm": c.algorithm, "private": c.private, "budget_unit": c.budget_unit if c.private else None,
+            "delta": c.delta if c.private else None, "target_epsilon": c.epsilon if math.isfinite(c.epsilon) else None,
+            "steps": steps, "last_step_within_budget": self.last_step,
+            "sampling": {"scheme": plan.scheme, "pool": plan.pool, "rate": plan.rate or None,
+                         "batch": plan.batch or None, "steps_per_pass": plan.steps_per_pass,
+                         "expected_batch": self.expected},
+            "record_multiplicity": self.multiplicity, "max_record_visits": self.max_visits or None,
+            "clip_policy": c.clip_policy, "final_clip": self.policy.threshold,
+            "accountant": "pld, certified upper bound (from each view's ledger)" if c.private else None,
+            "views": entries,
+            "note": None if c.private else "non-private: no privacy guarantee",
+        }
+
+    def state(self) -> dict:
+        return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),
+                "policy": self.policy.state_dict(), "max_visits": self.max_visits,
+                "record_visits": None if self.record_visits is None else self.record_visits.cpu(),
+                "ledgers": {k: (len(l.entries), l.head) for k, l in self.ledgers.items()}}
+
+    def load(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.noise_gen.set_state(state["noise_generator"])
+        self.policy.load_state_dict(state["policy"])
+        self.max_visits = state["max_visits"]
+        if self.record_visits is not None:
+            self.record_visits.copy_(state["record_visits"])
+        for key, (length, head) in state["ledgers"].items():  # raises unless each ledger extends what was saved
+            self.ledgers[key].check_prefix(length, head)
+
+    def close(self) -> None:
+        for ledger in self.ledgers.values():
+            ledger.close()
+
+
+def _per_task(model, params, pool, rows, loss_fn, c: TrainConfig, run: _Run):
+    """Each sampled task's contribution (name -> [B, ...]) and its loss [B], before the central clip."""
+    detached = {k: v.detach() for k, v in params.items()}
+    S = c.inner_steps
+    if c.algorithm in _REPTILE:
+        batch = pool.joint_batch(rows)
+        if c.algorithm == "reptile":
+            updates = F.reptile_task_update(model, detached, batch, loss_fn, S, c.inner_lr, c.chunk_size)
+            losses = torch.func.vmap(lambda x, y: F._loss(model, loss_fn, detached, x, y))(*batch)
+            return updates, losses
+        noise = P.draw_inner_noise(detached, rows.numel(), S, run.noise_gen)
+        return P.dp_reptile_updates(model, detached, batch, loss_fn, S, c.inner_lr, c.inner_clip,
+                                    c.inner_noise * c.inner_clip, noise, c.chunk_size)
+    batch = pool.batch(rows)
+    if c.algorithm in ("maml", "dp-maml", "dp-agr"):
+        return F.per_task_meta_grads_and_losses(model, detached, batch, loss_fn, S, c.inner_lr, c.first_order,
+                                                c.chunk_size)
+    # dp-maml-sample, dp-agrlr: DP inner loop, per-example query gradients clipped, summed per task
+    noise = P.draw_inner_noise(detached, rows.numel(), S, run.noise_gen)
+    grads, losses = P.per_example_query_grads(model, detached, batch, loss_fn, S, c.inner_lr, c.inner_clip,
+                                              c.inner_noise * c.inner_clip, noise, c.first_order, c.chunk_size)
+    outer_clip = c.clip if c.algorithm == "dp-maml-sample" else c.inner_clip
+    if math.isfinite(outer_clip):
+        grads, _ = F.clip(grads, outer_clip, c.clip_mode, batch_dims=2)
+    sums = P.task_sums(grads)
+    if c.algorithm == "dp-agrlr":  # the client's local noise on its query sum, then its mean (Alg. 3, line 13)
+        m = float(batch[2].shape[1])
+        std = c.inner_noise * c.inner_clip
+        sums = {k: (g + std * torch.randn(g.shape, generator=run.noise_gen, dtype=g.dtype, device=g.device)) / m
+                if std > 0 else g / m for k, g in sums.items()}
+    return sums, losses
+
+
 def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, out_dir, *,
           device: str = "cpu", progress: Optional[Callable[[int, float, float], None]] = None,
           resume: bool = False) -> TrainResult:
     """Trains ``model`` on the task ``pool`` (``tasks.SinusoidPool`` or ``tasks.EpisodePool``).
 
-    ``out_dir`` receives ``ledger.jsonl`` (dp-maml), ``checkpoint.pt``, ``metrics.jsonl`` and, at the
-    end, ``privacy_report.json``. ``resume=True`` continues from the checkpoint and the ledger.
+    ``out_dir`` receives one ``ledger-<view>.jsonl`` per privacy view, ``checkpoint.pt``,
+    ``metrics.jsonl`` and, at the end, ``privacy_report.json``. ``resume=True`` continues from the
+    checkpoint and the ledgers. ``progress(step, loss, epsilon)`` is called after each step with the
+    budget view's certified epsilon so far.
     """
+    c = config
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    private = config.algorithm == "dp-maml"
-    rate = min(1.0, config.meta_batch / pool.size)
-    sampler = PoissonSampler(pool.size, rate, generator=torch.Generator(device=device).manual_seed(config.seed))
-    noise_gen = torch.Generator(device=device).manual_seed(config.seed + 1)
-    capacity = int(math.ceil(config.meta_batch + 6 * math.sqrt(config.meta_batch) + 1))
+    run = _Run(pool, c, out, device, resume)
+    try:
+        return _loop(model, pool, loss_fn, c, out, run, device, progress, resume)
+    finally:
+        run.close()
+
+
+def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, progress, resume) -> TrainResult:
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
-    optimizer = torch.optim.Adam(params.values(), lr=config.outer_lr)
-    # no noise or no clipping: a non-private release (infinite epsilon), never Gaussian(0)
-    bounded = config.noise_multiplier > 0 and math.isfinite(config.clip)
-    step_event = sampler.step_event(Gaussian(config.noise_multiplier)) if bounded else NonPrivate()
-    last_step, ledger, schedule = config.steps, None, None
-    if private and bounded and math.isfinite(config.epsilon):
-        schedule = budget_schedule(step_event, config.steps, config.epsilon, config.delta)
-        last_step = schedule.last_step
+    optimizer = (torch.optim.SGD(params.values(), lr=c.outer_lr) if c.algorithm in _REPTILE
+                 else torch.optim.Adam(params.values(), lr=c.outer_lr))
     done, losses = 0, []
-    if private:
-        path = out / "ledger.jsonl"
-        ledger = Ledger.open(path, repair=True) if resume and path.exists() else Ledger.create(
-            path, "add_remove", "task", config.delta, metadata={"config": _json_safe(dataclasses.asdict(config))})
     if resume and (out / "checkpoint.pt").exists():
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         with torch.no_grad():
             for k, v in state["params"].items():
                 params[k].copy_(v)
         optimizer.load_state_dict(state["optimizer"])
-        sampler.load_state_dict(state["sampler"])
-        noise_gen.set_state(state["noise_generator"])
+        run.load(state["run"])
         done, losses = state["step"], list(state["losses"])
-        if ledger is not None:  # raises unless the ledger extends the one the checkpoint saw
-            ledger.check_prefix(state["ledger_len"], state["ledger_head"])
-    releases = len(ledger.entries) if ledger is not None else done
-    while releases < last_step:
-        rows, weights = _sampled_rows(sampler.sample(), capacity)
-        grads, task_losses = F.per_task_meta_grads_and_losses(
-            model, {k: v.detach() for k, v in params.items()}, pool.batch(rows), loss_fn, config.inner_steps,
-            config.inner_lr, config.first_order)
-        if private and math.isfinite(config.clip):
-            grads, _ = F.clip(grads, config.clip)
-        std = config.noise_multiplier * config.clip if private and bounded else 0.0
-        total = F.noisy_sum(grads, weights, std, generator=noise_gen)
-        if ledger is not None:  # the release is on record before anything uses it
-            ledger.append(step_event, step=done)
+    central = c.private and c.algorithm != "dp-reptile"
+    quantile = c.clip_policy == "quantile" and central and c.bounded
+    z_sum = sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if quantile else c.noise_multiplier
+    scale = run.expected * (pool.query_per_task if c.algorithm == "dp-maml-sample" else 1)
+    sign = -1.0 if c.algorithm in _REPTILE else 1.0  # Reptile moves towards the adapted parameters
+    saved = done
+    ledger_passes = lambda: len(run.primary_ledger.entries) if run.primary_ledger is not None else 0  # noqa: E731
+    while done < c.steps and run.releases(done) < run.last_step:
+        new_pass = isinstance(run.sampler, BallsInBinsSampler) and run.sampler.step_in_pass == 0
+        if new_pass and run.primary is not None and run.primary.charge == "pass" and ledger_passes() >= run.pass_cap:
+            break
+        drawn = run.sampler.sample()
+        if drawn.dtype == torch.bool:
+            rows, weights = _sampled_rows(drawn, run.capacity)
+        else:
+            rows, weights = drawn, torch.ones(drawn.numel(), device=drawn.device)
+        visits = run.count_visits(rows, weights)
+        added = 0
+        if visits is not None:
+            top = int(visits.max()) if visits.numel() else 0
+            if top > run.visit_cap:  # a record would pass the budget: stop before anything is released
+                break
+            added = top - run.max_visits
+        contributions, task_losses = _per_task(model, params, pool, rows, loss_fn, c, run)
+        threshold = run.policy.threshold
+        norms = None
+        if central and math.isfinite(threshold) and c.bounded:
+            contributions, norms = F.clip(contributions, threshold, c.clip_mode)
+        elif c.algorithm == "dp-maml" and c.clip_policy == "raw-percentile":
+            norms = F.flat_norms(contributions)
+        std = z_sum * threshold if central and c.bounded else 0.0
+        if c.algorithm == "dp-maml-sample":  # the outer clip was per example; the noise is on C
+            std = c.noise_multiplier * c.clip if c.bounded else 0.0
+        total = F.noisy_sum(contributions, weights, std, generator=run.noise_gen)
+        count = None
+        if quantile:
+            unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights
+            count = float(unclipped.sum()) + c.quantile_count_noise * float(
+                torch.randn((), generator=run.noise_gen, device=weights.device, dtype=torch.float64))
+        run.charge(done, new_pass, added)  # every release is on record before it is used
+        if visits is not None:
+            run.record_visits, run.max_visits = visits, run.max_visits + added
         optimizer.zero_grad()
         for k, p in params.items():
-            p.grad = total[k] / (rate * pool.size)
+            p.grad = sign * total[k] / scale
         optimizer.step()
-        done, releases = done + 1, releases + 1
-        sampled = weights.sum().clamp(min=1.0)
-        losses.append(float((task_losses * weights).sum() / sampled))
-        if progress is not None:  # the schedule's certified epsilon (PLD); the RDP one from the ledger otherwise
-            spent = (schedule.epsilon_after(releases) if schedule is not None else
-                     ledger.spent(config.delta, kind="rdp") if ledger is not None else 0.0)
-            progress(releases, losses[-1], spent)
-        if done % config.checkpoint_every == 0 or releases >= last_step:
-            _checkpoint(out, params, optimizer, sampler, noise_gen, done, losses, ledger)
-    epsilon = ledger.spent(config.delta, kind="pld") if ledger is not None else (0.0 if not private else math.inf)
+        run.policy.after_release(_flat_norm(total) / run.expected)
+        if count is not None:
+            run.policy.after_count(count, run.expected)
+        if c.clip_policy == "raw-percentile" and norms is not None:
+            run.policy.after_raw_norms(norms[weights > 0].tolist())
+        done += 1
+        losses.append(float((task_losses.detach() * weights).sum() / weights.sum().clamp(min=1.0)))
+        if progress is not None:
+            progress(done, losses[-1], run.spent())
+        if done % c.checkpoint_every == 0 or done >= c.steps or run.releases(done) >= run.last_step:
+            _checkpoint(out, params, optimizer, run, done, losses)
+            saved = done
+    if saved != done or not (out / "checkpoint.pt").exists():
+        _checkpoint(out, params, optimizer, run, done, losses)
+    report = run.report(done)
+    (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    primary = next((v for v in report["views"] if v["view"] == run.primary.key), None) if run.primary else None
+    if primary is None:
+        epsilon = 0.0 if not c.private else math.inf
+    else:
+        epsilon = primary["epsilon"] if primary["epsilon"] is not None else math.inf
     with torch.no_grad():
         final = {k: v.detach().clone() for k, v in params.items()}
-    _report(out, config, releases, last_step, epsilon, rate, pool.size)
-    return TrainResult(final, releases, last_step, epsilon, tuple(losses))
+    return TrainResult(final, run.releases(done), run.last_step, epsilon, tuple(losses), report)
 
 
-def _checkpoint(out, params, optimizer, sampler, noise_gen, step, losses, ledger) -> None:
+def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:
     _save(out / "checkpoint.pt", {
         "params": {k: v.detach().cpu() for k, v in params.items()}, "optimizer": optimizer.state_dict(),
-        "sampler": sampler.state_dict(), "noise_generator": noise_gen.get_state(), "step": step,
-        "losses": list(losses), "ledger_len": len(ledger.entries) if ledger is not None else 0,
-        "ledger_head": ledger.head if ledger is not None else None})
+        "run": run.state(), "step": step, "losses": list(losses)})
     with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps({"step": step, "loss": losses[-1] if losses else None}) + "\n")
-
-
-def _report(out, config, releases, last_step, epsilon, rate, pool_size) -> None:
-    private = config.algorithm == "dp-maml"
-    report = {
-        "algorithm": config.algorithm, "unit": "task" if private else None, "relation": "add_remove" if private else None,
-        "sampling": {"scheme": "poisson", "rate": rate, "pool": pool_size}, "steps": releases,
-        "last_step_within_budget": last_step, "delta": config.delta if private else None,
-        "epsilon": epsilon if math.isfinite(epsilon) else None, "bound": "upper" if private else None,
-        "accountant": "pld (from the ledger)" if private else None,
-        "note": ("task-level guarantee; a record in many tasks has a record-level guarantee of its own "
-                 "(metadp plan with a [[hierarchy]])") if private else "non-private: no privacy guarantee",
-    }
-    (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+        f.write(json.dumps({"step": step, "loss": losses[-1] if losses else None,
+                            "epsilon": run.spent(), "clip": run.policy.threshold}) + "\n")

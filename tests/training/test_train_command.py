@@ -25,12 +25,16 @@ def test_dp_maml_sinusoid_spends_exactly_its_budget(tmp_path):
     result = run("train", "dp-maml", "--data", "sinusoid", "--epsilon", "2", "--delta", "1e-5", "--steps", "60",
                  "--meta-batch", "10", "--pool", "1000", "--eval-tasks", "100", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert "noise multiplier" in result.stdout and "upper bound, PLD, task level" in result.stdout
+    assert "noise calibrated" in result.stdout and "task [budget]: epsilon <=" in result.stdout
     report = json.loads((out / "privacy_report.json").read_text())
-    assert report["unit"] == "task" and report["steps"] == 60 and 1.9 < report["epsilon"] <= 2.0
+    task = next(v for v in report["views"] if v["view"] == "task")
+    assert report["budget_unit"] == "task" and report["steps"] == 60 and 1.9 < task["epsilon"] <= 2.0
+    record = next(v for v in report["views"] if v["view"] == "record")
+    assert record["epsilon"] > task["epsilon"]  # a record moves its task's clipped gradient by up to 2C
     evaluation = json.loads((out / "evaluation.json").read_text())
     assert evaluation["metric"] == "mse" and evaluation["tasks"] == 100
-    assert (out / "ledger.jsonl").read_text().count("\n") == 61  # header + one line per release
+    assert (out / "ledger-task.jsonl").read_text().count("\n") == 61  # header + one line per release
+    assert (out / "ledger-record.jsonl").read_text().count("\n") == 61
 
 
 def test_maml_glyphs_runs_and_evaluates(tmp_path):
@@ -40,7 +44,7 @@ def test_maml_glyphs_runs_and_evaluates(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "non-private: no privacy guarantee" in result.stdout
     assert json.loads((out / "evaluation.json").read_text())["metric"] == "accuracy"
-    assert not (out / "ledger.jsonl").exists()
+    assert not list(out.glob("ledger*.jsonl"))
 
 
 def test_dp_maml_needs_a_budget_or_a_noise(capsys, tmp_path):

@@ -1,5 +1,6 @@
 """The training loop: DP path = non-private path at zero noise, budget stop, ledger, SIGKILL + resume."""
 
+import json
 import math
 import os
 import signal
@@ -40,7 +41,7 @@ def test_zero_noise_no_clipping_reproduces_non_private_maml(tmp_path):
     assert plain.losses == dp.losses
     # ... and the ledger says what that run was: non-private releases, infinite epsilon
     assert dp.epsilon_spent == math.inf
-    assert len(Ledger.open(tmp_path / "b" / "ledger.jsonl", readonly=True).entries) == 12
+    assert len(Ledger.open(tmp_path / "b" / "ledger-task.jsonl", readonly=True).entries) == 12
 
 
 def test_noise_changes_the_update_and_clipping_bounds_it(tmp_path):
@@ -59,8 +60,10 @@ def test_stops_at_the_scheduled_last_step_and_reports_its_epsilon(tmp_path):
     assert PldAccountant().compose(step, result.last_step).get_epsilon(1e-5) <= 4.0
     assert PldAccountant().compose(step, result.last_step + 1).get_epsilon(1e-5) > 4.0
     assert result.epsilon_spent <= 4.0
-    report = (tmp_path / "privacy_report.json").read_text()
-    assert '"unit": "task"' in report and '"bound": "upper"' in report
+    report = json.loads((tmp_path / "privacy_report.json").read_text())
+    task = next(v for v in report["views"] if v["view"] == "task")
+    assert report["budget_unit"] == "task" and task["guarantee"] == "upper bound"
+    assert task["epsilon"] == result.epsilon_spent and task["charges"] == result.last_step
 
 
 _CHILD = r"""
@@ -79,7 +82,7 @@ def test_sigkill_and_resume_keep_the_ledger_and_the_spent_budget(tmp_path):
     out = tmp_path / "run"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(out)], cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
-    ledger = out / "ledger.jsonl"
+    ledger = out / "ledger-task.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline:  # wait until some releases (and a checkpoint) are on disk
         if (out / "checkpoint.pt").exists() and ledger.exists() and ledger.read_text().count("\n") > 12:
