@@ -17,10 +17,17 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
   Sample-level DP-MAML: a task's per-example-clipped query sum moves by at most m_q C, so
   ``Gaussian(z / m_q)`` in the same forms.
 * **record, central noise**: a record sits in k of the pool's tasks (k = the largest multiplicity of
-  any record). In a step, J ~ Bin(k, q) of them are sampled; revealing which (a post-processing the
-  accountant may grant itself) leaves a Gaussian whose shift is at most J s noise standard deviations,
-  s the shift of one appearance: ``EpisodicSampled(k, q, 1, Gaussian(1 / s), shift=1)``
-  (``metadp.mechanisms.episodic``). Per-task clipping: the task exists either way, so s = 2 / z
+  any record). In a step, J ~ Bin(k, q) of them are sampled. Removing the record changes the content
+  of those tasks, which stay in the pool: the two outputs are mixtures over the sampled set S of
+  N(a_S + sum_{i in S} g_i) and N(a_S + sum_{i in S} g'_i), whose common part a_S depends on S, so
+  the add/remove pair "mixture vs N(0)" does not apply. Revealing which of the record's tasks were
+  sampled (the accountant may grant itself this: the true output is a marginal) leaves a Gaussian
+  whose shift is at most J s noise standard deviations, s the shift of one appearance:
+  ``EpisodicSampled(k, q, 1, Gaussian(1 / s), shift=1)`` (``metadp.mechanisms.episodic``, J revealed).
+  This is valid but loose: task sampling then amplifies delta, not epsilon (a record in one task at
+  q = 0.0032, z = 1, 1,000 steps: 13.5 where the add/remove task view gives 0.53). A tight bound for
+  records in persistent tasks (a substitution-type pair, Balle, Barthe & Gaboardi 2018, Thm. 2
+  "advanced joint convexity", composed) is not implemented. Per-task clipping: the task exists either way, so s = 2 / z
   (DESIGN.md 3.7). Sample-level DP-MAML (Alg. 2), with S inner steps (inner multiplier z_in) and m_q
   query examples per task: a query appearance moves the outer sum by C (1 / z); a support appearance
   costs the S inner Gaussians (sqrt(S) / z_in) and, with **second-order** meta-gradients only, also
@@ -55,7 +62,8 @@ _REFS = {
     "poisson": "subsampled Gaussian, Poisson sampling (Mironov, Talwar & Zhang 2019, arXiv:1908.10530)",
     "fixed": "subsampled Gaussian, fixed-size batches, substitution (Balle, Barthe & Gaboardi 2018, arXiv:1807.01647)",
     "one-pass": "one pass, each unit in exactly one step: single Gaussian per pass, no amplification (DESIGN.md 3.9a)",
-    "episodic": "revealed binomial mixture of the record's appearances (DESIGN.md 3.7; metadp.mechanisms.episodic)",
+    "episodic": "Gaussian with the record's sampled appearances revealed, J ~ Bin(k, q) (valid, loose: task sampling "
+                "amplifies delta only; metadp.mechanisms.episodic)",
     "local": "Gaussian mechanism per visit, composed over the record's realised visits (no amplification "
              "against a party that knows whom it talked to)",
 }
