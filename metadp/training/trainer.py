@@ -43,6 +43,7 @@ path reproduces its non-private path. No clipping threshold is computed from raw
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -198,9 +199,21 @@ def _flat_norm(tensors: Dict[str, torch.Tensor]) -> float:
     return math.sqrt(sum(float(t.double().square().sum()) for t in tensors.values()))
 
 
+def _stream_seed(seed: int, stream: str) -> int:
+    """A seed for one random stream of a run, derived from ``seed`` and the stream's name.
+
+    The data generators (``SinusoidPool``, ``EpisodePool``) seed Mersenne Twister with the run's seed
+    too: the sampler on the same stream would draw the very uniforms that made the tasks (its first
+    Poisson step would take exactly the tasks with the smallest amplitudes). Hashing keeps the streams
+    apart.
+    """
+    digest = hashlib.sha256(f"metadp:{stream}:{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
 def _sampling(pool, c: TrainConfig):
     """(sampler, SamplingPlan, expected batch) of a run."""
-    gen = torch.Generator(device=_device_of(pool)).manual_seed(c.seed)
+    gen = torch.Generator(device=_device_of(pool)).manual_seed(_stream_seed(c.seed, "sampler"))
     n = pool.size
     if c.sampling == "poisson":
         sampler = PoissonSampler(n, min(1.0, c.meta_batch / n), generator=gen)
@@ -284,7 +297,7 @@ class _Run:
         self.sampler, plan, self.expected = _sampling(pool, c)
         self.plan = plan
         self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
-        self.noise_gen = torch.Generator(device=device).manual_seed(c.seed + 1)
+        self.noise_gen = torch.Generator(device=device).manual_seed(_stream_seed(c.seed, "noise"))
         self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
                                  target=c.clip_target, learning_rate=c.clip_lr,
                                  count_noise=c.quantile_count_noise if c.clip_policy == "quantile" else None)
