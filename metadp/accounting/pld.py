@@ -438,6 +438,9 @@ def _window_estimate(pairs, delta: float) -> float:
     variance, support = 0.0, 0.0
     for pair, c in pairs:
         lo, hi = pair.loss_range(_DELTA_SHARE * delta / n)
+        # A loss range can collapse to a point in float (a Gaussian with z <= 0.05 under Poisson sampling,
+        # remove direction: the loss is -log(1 - q) to 1e-80 on all but a 1e-80 tail); keep a positive width.
+        hi = max(hi, lo + 1e-6 * max(1.0, abs(lo), abs(hi)))
         coarse = _lat.lattice_cached(pair, (hi - lo) / 4096.0, _DELTA_SHARE * delta / n)
         idx = (np.arange(len(coarse.up)) + coarse.start) * coarse.h
         mass = float(coarse.up.sum())

@@ -334,7 +334,7 @@ class _Run:
                 self.last_step = min(c.steps, self.pass_cap * plan.steps_per_pass)
             else:
                 self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="pld",
-                                           limit=c.steps)
+                                           limit=c.steps * max(1, self.multiplicity))  # k visits a step at most
         if p is not None and p.event is not None and (self.last_step == 0 or self.visit_cap == 0):
             raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
                              f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise or the budget")
@@ -435,6 +435,7 @@ class _Run:
 def _per_task(model, params, pool, rows, loss_fn, c: TrainConfig, run: _Run):
     """Each sampled task's contribution (name -> [B, ...]) and its loss [B], before the central clip."""
     detached = {k: v.detach() for k, v in params.items()}
+    inner_std = c.inner_noise * c.inner_clip if c.inner_noise > 0 else 0.0  # z_in = 0 with C_in = inf: no noise
     S = c.inner_steps
     if c.algorithm in _REPTILE:
         batch = pool.joint_batch(rows)
@@ -444,7 +445,7 @@ def _per_task(model, params, pool, rows, loss_fn, c: TrainConfig, run: _Run):
             return updates, losses
         noise = P.draw_inner_noise(detached, rows.numel(), S, run.noise_gen)
         return P.dp_reptile_updates(model, detached, batch, loss_fn, S, c.inner_lr, c.inner_clip,
-                                    c.inner_noise * c.inner_clip, noise, c.chunk_size)
+                                    inner_std, noise, c.chunk_size)
     batch = pool.batch(rows)
     if c.algorithm in ("maml", "dp-maml", "dp-agr"):
         return F.per_task_meta_grads_and_losses(model, detached, batch, loss_fn, S, c.inner_lr, c.first_order,
@@ -452,14 +453,14 @@ def _per_task(model, params, pool, rows, loss_fn, c: TrainConfig, run: _Run):
     # dp-maml-sample, dp-agrlr: DP inner loop, per-example query gradients clipped, summed per task
     noise = P.draw_inner_noise(detached, rows.numel(), S, run.noise_gen)
     grads, losses = P.per_example_query_grads(model, detached, batch, loss_fn, S, c.inner_lr, c.inner_clip,
-                                              c.inner_noise * c.inner_clip, noise, c.first_order, c.chunk_size)
+                                              inner_std, noise, c.first_order, c.chunk_size)
     outer_clip = c.clip if c.algorithm == "dp-maml-sample" else c.inner_clip
     if math.isfinite(outer_clip):
         grads, _ = F.clip(grads, outer_clip, c.clip_mode, batch_dims=2)
     sums = P.task_sums(grads)
     if c.algorithm == "dp-agrlr":  # the client's local noise on its query sum, then its mean (Alg. 3, line 13)
         m = float(batch[2].shape[1])
-        std = c.inner_noise * c.inner_clip
+        std = inner_std
         sums = {k: (g + std * torch.randn(g.shape, generator=run.noise_gen, dtype=g.dtype, device=g.device)) / m
                 if std > 0 else g / m for k, g in sums.items()}
     return sums, losses
@@ -498,7 +499,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
         optimizer.load_state_dict(state["optimizer"])
         run.load(state["run"])
         done, losses = state["step"], list(state["losses"])
-    central = c.private and c.algorithm != "dp-reptile"
+    central = c.private and c.algorithm in CENTRAL_TASK_CLIP  # per-task clip, then noise on the sum
     quantile = c.clip_policy == "quantile" and central and c.bounded
     z_sum = sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if quantile else c.noise_multiplier
     scale = run.expected * (pool.query_per_task if c.algorithm == "dp-maml-sample" else 1)
@@ -529,7 +530,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
         elif c.algorithm == "dp-maml" and c.clip_policy == "raw-percentile":
             norms = F.flat_norms(contributions)
         std = z_sum * threshold if central and c.bounded else 0.0
-        if c.algorithm == "dp-maml-sample":  # the outer clip was per example; the noise is on C
+        if c.algorithm == "dp-maml-sample":  # clipped per example (in _per_task); the noise is z C on the sum
             std = c.noise_multiplier * c.clip if c.bounded else 0.0
         total = F.noisy_sum(contributions, weights, std, generator=run.noise_gen)
         count = None
