@@ -52,10 +52,10 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "eprint": "2004.00010",
     },
     "asoodeh2021three": {
-        "type": "inproceedings",
+        "type": "article",
         "title": "Three Variants of Differential Privacy: Lossless Conversion and Applications",
         "author": "Asoodeh, Shahab and Liao, Jiachun and Calmon, Flavio P. and Kosut, Oliver and Sankar, Lalitha",
-        "booktitle": "IEEE Journal on Selected Areas in Information Theory",
+        "journal": "IEEE Journal on Selected Areas in Information Theory",
         "year": "2021",
         "eprint": "2008.06529",
     },

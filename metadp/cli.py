@@ -20,6 +20,8 @@ _EXAMPLES = {
                 "  metadp epsilon --sampling fixed --batch 256 --population 60000 --noise 1.1 --steps 14062 --delta 1e-5"),
     "calibrate": ("examples:\n  metadp calibrate --target-epsilon 1 --delta 1e-6 --sampling poisson --rate 0.004 --steps 250\n"
                   "  metadp calibrate --target-epsilon 2 --delta 1e-6 --sampling poisson --rate 0.004 --noise 1 --solve steps"),
+    "cite": ("examples:\n  metadp cite\n  metadp cite examples/dp_sgd_mnist.toml --format latex\n"
+             "  metadp cite examples/dp_sgd_mnist.toml --format bibtex --out refs.bib"),
 }
 
 
@@ -44,6 +46,16 @@ def _build_parser() -> argparse.ArgumentParser:
                        epilog=_EXAMPLES["plan"], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="TOML plan file (docs/plan-format.md); omitted: the built-in default plan")
     _output_options(p)
+
+    t = sub.add_parser("cite", help="BibTeX for every theorem a plan's report uses, and LaTeX stating its guarantee",
+                       epilog=_EXAMPLES["cite"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("file", nargs="?", help="TOML plan file (docs/plan-format.md); omitted: the built-in default plan")
+    t.add_argument("--format", choices=("all", "bibtex", "latex"), default="all",
+                   help="bibtex (a .bib file), latex (a sentence and a table) or all (default)")
+    t.add_argument("--accountant", choices=("rdp", "pld", "all"), default=None,
+                   help="override the plan's accountant, as in 'metadp plan'")
+    t.add_argument("--out", metavar="FILE", help="write to FILE instead of printing (an existing FILE needs --force)")
+    t.add_argument("--force", action="store_true", help="overwrite an existing --out FILE")
 
     e = sub.add_parser("epsilon", help="certified epsilon of a sampled Gaussian plan given on the command line",
                        epilog=_EXAMPLES["epsilon"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,6 +155,33 @@ def _cmd_plan(args) -> None:
     _emit(plan_epsilon(plan, accountant=args.accountant), args)
 
 
+def _cmd_cite(args) -> None:
+    from pathlib import Path
+
+    from metadp.cite import cite
+    from metadp.plan import default_plan, load_plan, plan_epsilon
+
+    if args.force and not args.out:
+        raise ValueError("--force applies only with --out FILE")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not args.force:  # checked before the (slow) accounting
+        raise ValueError(f"--out {args.out!r} already exists; pass --force to overwrite it")
+    plan = load_plan(args.file) if args.file else default_plan()
+    text = cite(plan_epsilon(plan, accountant=args.accountant)).render(args.format)
+    if out is None:
+        print(text, end="")
+        return
+    try:
+        with open(out, "w" if args.force else "x", encoding="utf-8") as handle:  # "x": never clobber
+            handle.write(text)
+    except FileExistsError:
+        raise ValueError(f"--out {args.out!r} already exists; pass --force to overwrite it") from None
+    except OSError as err:
+        raise ValueError(f"--out {args.out!r} cannot be written: {err.strerror or err}") from None
+    what = {"all": "BibTeX and LaTeX", "bibtex": "BibTeX", "latex": "LaTeX"}[args.format]
+    print(f"metadp: wrote the {what} citing {plan.name!r} to {args.out}", file=sys.stderr)
+
+
 def _cmd_epsilon(args) -> None:
     from metadp.plan import Plan, plan_epsilon
 
@@ -206,8 +245,8 @@ def _cmd_train(args) -> None:
     run_train(args)
 
 
-_COMMANDS = {"plan": _cmd_plan, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate, "verify": _cmd_verify,
-             "train": _cmd_train}
+_COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,
+             "verify": _cmd_verify, "train": _cmd_train}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import decimal
 import math
 from typing import Any, Dict, Optional, Tuple
 
@@ -26,16 +27,24 @@ _UNIT_TEXT = {
 
 
 def format_upper(x: float, digits: int = 4) -> str:
-    """``x`` rounded up to ``digits`` significant digits, so the text never understates it."""
+    """``x`` rounded up to ``digits`` significant digits, so the text never understates it.
+
+    Exact: the float's decimal expansion is rounded with ``decimal`` (ROUND_CEILING), not by scaling in
+    floating point, which printed the float just above 0.01481 as "0.01481".
+    """
     if x == 0 or math.isinf(x) or math.isnan(x):
         return {True: "inf"}.get(math.isinf(x), "0" if x == 0 else "nan")
-    exponent = math.floor(math.log10(abs(x)))
+    exact = decimal.Decimal(x)  # the float's exact value
+    exponent = exact.adjusted()
+    quantum = decimal.Decimal(1).scaleb(exponent - digits + 1)
+    value = exact.quantize(quantum, rounding=decimal.ROUND_CEILING)
+    if value.adjusted() != exponent:  # 9.9995 -> 10.00: one digit more; keep `digits` significant digits
+        exponent = value.adjusted()
+        value = exact.quantize(decimal.Decimal(1).scaleb(exponent - digits + 1), rounding=decimal.ROUND_CEILING)
     decimals = digits - 1 - exponent
-    scaled = math.ceil(x * 10.0**decimals)
-    value = scaled / 10.0**decimals
     if -4 <= exponent < 6:
         return f"{value:.{max(decimals, 0)}f}"
-    return f"{value:.{digits - 1}e}"
+    return f"{float(value):.{digits - 1}e}"  # 4 significant decimal digits survive the float round trip
 
 
 @dataclasses.dataclass(frozen=True)
