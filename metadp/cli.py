@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 from metadp import __version__
@@ -46,6 +47,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        epilog=_EXAMPLES["plan"], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="TOML plan file (docs/plan-format.md); omitted: the built-in default plan")
     _output_options(p)
+    p.add_argument("--plot", metavar="FILE", help="also draw epsilon over steps (and over units) to FILE (.png or .pdf; "
+                   "needs matplotlib: pip install \"metadp[plot]\")")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
 
     t = sub.add_parser("cite", help="BibTeX for every theorem a plan's report uses, and LaTeX stating its guarantee",
                        epilog=_EXAMPLES["cite"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -152,7 +156,16 @@ def _cmd_plan(args) -> None:
     from metadp.plan import default_plan, load_plan, plan_epsilon
 
     plan = load_plan(args.file) if args.file else default_plan()
-    _emit(plan_epsilon(plan, accountant=args.accountant), args)
+    if args.plot and Path(args.plot).exists() and not args.overwrite:  # before the accounting, not after
+        raise ValueError(f"{args.plot} already exists: pass --overwrite to replace it")
+    report = plan_epsilon(plan, accountant=args.accountant)
+    _emit(report, args)
+    if args.plot:
+        from metadp.plan_plot import plot_plan
+
+        plot_plan(plan, args.plot, report=report, overwrite=args.overwrite)
+        print(f"figure: {args.plot} (certified epsilon over steps{' and units' if report.other_units else ''})",
+              file=sys.stderr)
 
 
 def _cmd_cite(args) -> None:
