@@ -274,10 +274,10 @@ def test_cli_plan_plot_writes_the_figure_and_refuses_to_overwrite(tmp_path, caps
     from metadp.cli import main
 
     path = tmp_path / "eps.png"
-    assert main(["plan", "str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path)]) == 0
+    assert main(["plan", str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path)]) == 0
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "figure:" in capsys.readouterr().err
     before = path.stat().st_mtime_ns
-    assert main(["plan", "str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path)]) == 2
+    assert main(["plan", str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path)]) == 2
     assert "--overwrite" in capsys.readouterr().err and path.stat().st_mtime_ns == before
-    assert main(["plan", "str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path), "--overwrite"]) == 0
+    assert main(["plan", str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path), "--overwrite"]) == 0
