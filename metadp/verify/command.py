@@ -5,6 +5,8 @@ and ``crosscheck``; the CLI (``metadp.cli``) only parses arguments and calls ``r
     metadp verify gaussian --noise 1 --epsilons 0.5,1,2 --plot verify.png
     metadp verify gaussian --noise 0.8 --claim-noise 1 --epsilons 0.5,1,2        (a positive control)
     metadp verify laplace --scale 1 --epsilons 0.5,1
+    metadp verify dp-pix --epsilon 1 --cell 4 --m 1 --samples 200000
+    metadp verify dp-pix --epsilon 1 --cell 4 --claim-epsilon 0.5 --samples 200000   (a positive control)
     metadp verify poisson --rate 0.01 --noise 1 --steps 10 --epsilons 1,2
     metadp verify plan examples/dp_maml_record_episodic.toml --samples 100000
     metadp verify --crosscheck examples/dp_sgd_mnist.toml
@@ -24,6 +26,8 @@ __all__ = ["add_verify_parser", "run_verify"]
 _EXAMPLES = ("examples:\n  metadp verify gaussian --noise 1 --epsilons 0.5,1,2 --plot verify.png\n"
              "  metadp verify gaussian --noise 0.8 --claim-noise 1 --epsilons 0.5,1,2\n"
              "  metadp verify laplace --scale 1 --epsilons 0.5,1\n"
+             "  metadp verify dp-pix --epsilon 1 --cell 4 --m 1 --samples 200000\n"
+             "  metadp verify dp-pix --epsilon 1 --cell 4 --claim-epsilon 0.5 --samples 200000\n"
              "  metadp verify poisson --rate 0.01 --noise 1 --steps 10 --epsilons 1,2\n"
              "  metadp verify plan examples/dp_fedmeta_one_pass_shuffle.toml --epsilons 2,4 --samples 100000\n"
              "  metadp verify --crosscheck examples/dp_sgd_mnist.toml")
@@ -33,7 +37,7 @@ def add_verify_parser(sub, number, formatter) -> None:
     """Adds the ``verify`` subcommand to the CLI's subparsers (``number(flag, kind)`` parses numbers)."""
     v = sub.add_parser("verify", help="audit a claimed privacy profile on the mechanism's samples, or cross-check a plan",
                        epilog=_EXAMPLES, formatter_class=formatter)
-    v.add_argument("mechanism", nargs="?", choices=("gaussian", "laplace", "poisson", "plan"),
+    v.add_argument("mechanism", nargs="?", choices=("gaussian", "laplace", "dp-pix", "poisson", "plan"),
                    help="the mechanism to run (true parameters below; the claim defaults to the same), or 'plan FILE': "
                         "the plan's sampled, composed pipeline with a canary against the plan's certified profile")
     v.add_argument("file", nargs="?", help="plan: the TOML plan file")
@@ -42,9 +46,19 @@ def add_verify_parser(sub, number, formatter) -> None:
     v.add_argument("--claim-noise", type=number("--claim-noise", float), help="claimed noise multiplier (default: --noise)")
     v.add_argument("--scale", type=number("--scale", float), help="true Laplace scale (sensitivity 1)")
     v.add_argument("--claim-scale", type=number("--claim-scale", float), help="claimed Laplace scale (default: --scale)")
+    v.add_argument("--epsilon", type=number("--epsilon", float), help="dp-pix: true DP-Pix epsilon")
+    v.add_argument("--claim-epsilon", type=number("--claim-epsilon", float),
+                   help="dp-pix: claimed epsilon (default: --epsilon)")
+    v.add_argument("--cell", type=number("--cell", int), help="dp-pix: cell side b in pixels")
+    v.add_argument("--m", type=number("--m", int), default=1,
+                   help="dp-pix: pixel values the neighbours differ in, all in one cell, <= b^2 (default 1)")
+    v.add_argument("--partial-cell", action="store_true",
+                   help="dp-pix: change pixels of the partial r x r corner cell (r = b // 2) of a (b + r)-pixel "
+                        "square image instead of a full cell (checks the edge calibration; needs m <= r^2)")
     v.add_argument("--rate", type=number("--rate", float), help="poisson: sampling rate (true and claimed)")
     v.add_argument("--steps", type=number("--steps", int), default=1, help="poisson: composed steps (default 1)")
-    v.add_argument("--epsilons", default="0.5,1,2", help="comma-separated epsilon grid (default 0.5,1,2)")
+    v.add_argument("--epsilons", help="comma-separated epsilon grid (default 0.5,1,2; dp-pix: 0.25, 0.5, 0.75 and 1 "
+                                      "times the claimed epsilon)")
     v.add_argument("--samples", type=number("--samples", int), default=1_000_000,
                    help="confirmation draws per side (default 1,000,000)")
     v.add_argument("--alpha", type=number("--alpha", float), default=0.01, help="family-wise error level (default 0.01)")
@@ -65,6 +79,14 @@ def _epsilons(text: str) -> List[float]:
     if not values:
         raise ValueError("--epsilons must list at least one epsilon")
     return values
+
+
+def _default_epsilons(args) -> List[float]:
+    if args.mechanism == "dp-pix":  # below the claim, where its delta is positive, and at the claim (delta 0)
+        claim = args.claim_epsilon if args.claim_epsilon is not None else args.epsilon
+        if claim is not None and math.isfinite(claim) and claim > 0:
+            return [f * claim for f in (0.25, 0.5, 0.75, 1.0)]
+    return [0.5, 1.0, 2.0]
 
 
 def _require(args, *flags):
@@ -92,6 +114,8 @@ def _claim_and_samplers(args):
                 "one release)", claimed if gaussian else None)
     if args.mechanism == "plan":
         return _plan_pipeline(args)
+    if args.mechanism == "dp-pix":
+        return _dp_pix_pipeline(args)
     from metadp.accounting import Gaussian, PoissonSampled
     from metadp.accounting.pld import PldAccountant
     from metadp.verify.pipelines import poisson_pipeline
@@ -106,6 +130,60 @@ def _claim_and_samplers(args):
 
     return (pipeline.sample_d, pipeline.sample_d_prime, profile,
             f"{pipeline.description}; claimed: PLD upper bound at noise {claim_z:g}", None)
+
+
+def _dp_pix_pipeline(args):
+    """DP-Pix on a neighbouring pair of images; the statistic is the released value of the changed cell.
+
+    D is a black image, D' the same with m pixel values set to 1 in one cell (all of them in one cell
+    is the worst case: the cell mean moves by m / s, its noise scale is m / (s eps), so the loss
+    reaches eps). The other cells are identical in law under D and D' and are left out. The release
+    is clipped to [0, 1], which keeps the half-lines {x < t}, 0 < t <= m / s, that attain the profile.
+    """
+    from metadp.accounting.pld import PldAccountant
+    from metadp.mechanisms.image import dp_pix, dp_pix_event
+
+    _require(args, "--epsilon", "--cell")
+    eps, b, m = args.epsilon, args.cell, args.m
+    claim = eps if args.claim_epsilon is None else args.claim_epsilon
+    for flag, value in (("--epsilon", eps), ("--claim-epsilon", claim)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
+    if b < 1:
+        raise ValueError(f"--cell must be >= 1, got {b}")
+    if args.partial_cell:
+        if b < 2:
+            raise ValueError("--partial-cell needs --cell >= 2 (a 1-pixel grid has no partial cells)")
+        side, top = b // 2, b  # the corner cell: rows and columns b .. b + side - 1
+        size = b + side
+    else:
+        side, top, size = b, 0, 2 * b
+    if not 1 <= m <= side * side:
+        raise ValueError(f"--m must be in [1, {side * side}] (the pixels of one {side} x {side} cell), got {m}")
+    image = np.zeros((size, size))
+    neighbour = image.copy()
+    for i in range(m):
+        neighbour[top + i // side, top + i % side] = 1.0
+
+    def sampler(base):
+        def draw(k, rng):
+            out = np.empty(k)
+            for start in range(0, k, 1 << 16):  # bounded memory: 65,536 images per call
+                count = min(1 << 16, k - start)
+                batch = np.broadcast_to(base, (count,) + base.shape)
+                out[start:start + count] = dp_pix(batch, eps, b, m, rng=rng)[:, top, top]
+            return out
+        return draw
+
+    accountant = PldAccountant().compose(dp_pix_event(claim))
+
+    def profile(e):
+        return np.array([accountant.get_delta(float(x)) for x in np.atleast_1d(e)])
+
+    where = f"the {side}x{side} partial corner cell" if args.partial_cell else f"one {b}x{b} cell"
+    return (sampler(image), sampler(neighbour), profile,
+            f"DP-Pix, epsilon {eps:g}, cell {b}, m {m}: the released value of {where} of a {size}x{size} image, "
+            f"{m} pixel value(s) 0 -> 1; claimed: metadp's PLD bound for dp_pix_event({claim:g})", None)
 
 
 def _plan_pipeline(args):
@@ -187,7 +265,7 @@ def _plan_line(args, epsilons, profile, claim_z) -> str:
 def _audit_command(args) -> None:
     from metadp.verify.audit import audit
 
-    epsilons = _epsilons(args.epsilons)
+    epsilons = _default_epsilons(args) if args.epsilons is None else _epsilons(args.epsilons)
     sample_d, sample_dp, profile, description, claim_z = _claim_and_samplers(args)
     if not args.quiet and not args.json:
         print(f"auditing: {description}")
@@ -228,7 +306,8 @@ def run_verify(args) -> None:
         print(json.dumps(table.to_dict(), indent=2) if args.json else table.to_table())
         return
     if not args.mechanism:
-        raise ValueError("metadp verify needs a mechanism (gaussian, laplace, poisson) or --crosscheck PLAN")
+        raise ValueError("metadp verify needs a mechanism (gaussian, laplace, dp-pix, poisson, plan FILE) or "
+                         "--crosscheck PLAN")
     if not math.isfinite(args.samples) or args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
     _audit_command(args)
