@@ -1,0 +1,135 @@
+"""The notebooks (``notebooks/*.ipynb``) and their runner, ``notebooks/run_notebooks.py``.
+
+Fast checks (no kernel): every notebook is a valid nbformat v4 document stored without outputs, opens
+with a Markdown cell that says what it shows and gives the one command that regenerates it, and
+names its figures after itself; the runner's ``--help`` works and its error scan finds stored error
+outputs. The full execution (every notebook in a fresh kernel, a few minutes of CPU) is marked
+``slow``: ``python -m pytest -m slow tests/test_notebooks.py``. It writes the figures to a temporary
+directory, never to ``docs/figures``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+RUNNER = NOTEBOOKS / "run_notebooks.py"
+EXPECTED = ("epsilon_over_steps", "papers_vs_certified", "training_comparison", "verification")
+PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def runner_module():
+    spec = importlib.util.spec_from_file_location("run_notebooks", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_expected_notebooks_exist():
+    assert tuple(p.stem for p in PATHS) == EXPECTED
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_notebook_is_valid_v4_without_outputs(path):
+    nb = load(path)
+    assert nb["nbformat"] == 4
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert nb["cells"], "empty notebook"
+    for i, cell in enumerate(nb["cells"]):
+        assert cell["cell_type"] in ("markdown", "code"), f"cell {i}: {cell['cell_type']}"
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"cell {i} has stored outputs: clear them before committing"
+            assert cell.get("execution_count") is None, f"cell {i} has an execution count: clear outputs"
+    try:
+        import nbformat
+    except ImportError:  # the schema check needs the notebooks extra; the structure above does not
+        return
+    nbformat.validate(nbformat.reads(path.read_text(encoding="utf-8"), as_version=4))
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_notebook_header_says_what_it_shows_and_how_to_regenerate_it(path):
+    cells = load(path)["cells"]
+    first = "".join(cells[0]["source"])
+    assert cells[0]["cell_type"] == "markdown"
+    assert first.startswith("# "), "the first cell must open with a title"
+    assert f"python notebooks/run_notebooks.py notebooks/{path.name}" in first
+    assert "upper bound" in " ".join(first.split())  # how to read every epsilon it prints
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_notebook_names_its_figures_after_itself(path):
+    code = "\n".join("".join(c["source"]) for c in load(path)["cells"] if c["cell_type"] == "code")
+    assert f'NOTEBOOK = "{path.stem}"' in code  # figures are docs/figures/<notebook>_<name>.png
+    assert "save(fig," in code
+    assert "METADP_FIGURES_DIR" in code  # the runner and the slow test redirect figures with it
+
+
+def test_runner_help_works():
+    done = subprocess.run([sys.executable, str(RUNNER), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--inplace" in done.stdout and "--timeout" in done.stdout and "example" in done.stdout
+
+
+def test_runner_rejects_a_path_that_is_not_a_notebook(tmp_path):
+    done = subprocess.run([sys.executable, str(RUNNER), str(tmp_path / "missing.ipynb")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "not a notebook file" in done.stderr
+
+
+def test_error_outputs_are_found_without_running_anything():
+    nbformat = pytest.importorskip("nbformat")
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    nb = new_notebook(cells=[new_code_cell("1 + 1"), new_code_cell("raise ValueError('boom')")])
+    nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue="boom", traceback=[])]
+    assert runner_module().error_outputs(nbformat.from_dict(nb)) == [(1, "ValueError: boom")]
+
+
+@pytest.mark.slow
+def test_a_failing_cell_fails_the_run_and_is_named(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    raising = new_notebook(cells=[new_markdown_cell("# t"), new_code_cell("x = 1"),
+                                  new_code_cell("raise ValueError('boom')")])
+    tagged = new_notebook(cells=[new_code_cell("raise KeyError('tagged')", metadata={"tags": ["raises-exception"]})])
+    for name, nb in (("raising", raising), ("tagged", tagged)):  # tagged: nbclient lets it run on, the scan must not
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(nb, str(path))
+        done = subprocess.run([sys.executable, str(RUNNER), str(path), "--out", str(tmp_path / "out"),
+                               "--timeout", "120"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"{name}.ipynb: FAILED" in done.stdout
+        assert ("cell 2" if name == "raising" else "cell 0") in done.stderr
+
+
+@pytest.mark.slow
+def test_every_notebook_runs_without_errors(tmp_path):
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("torch")
+    figures = tmp_path / "figures"
+    done = subprocess.run([sys.executable, str(RUNNER), "--out", str(tmp_path / "executed"), "--figures",
+                           str(figures), "--timeout", "900"], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for stem in EXPECTED:
+        assert f"{stem}.ipynb: ok" in done.stdout
+        assert list(figures.glob(f"{stem}_*.png")), f"{stem} wrote no figure"
+        executed = load(tmp_path / "executed" / f"{stem}.ipynb")
+        assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
