@@ -1,4 +1,5 @@
-"""``metadp train``: MAML, Reptile and their private forms on sinusoid, synthetic glyphs or Omniglot.
+"""``metadp train``: MAML, Reptile and their private forms on sinusoid, synthetic glyphs or Omniglot, and
+prototypical networks on obfuscated images (``protonet``, ``metadp.training.protonet``).
 
     metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin
     metadp train dp-reptile --data glyphs --epsilon 4 --inner-steps 3 --out runs/rep
@@ -9,6 +10,10 @@ of ``--unit`` (certified, PLD; ``metadp.training.trainer.calibrate``); with a no
 at the last step within the budget. The run writes one ``ledger-<view>.jsonl`` per guarantee,
 ``checkpoint.pt``, ``metrics.jsonl``, ``privacy_report.json`` (every view's epsilon) and
 ``evaluation.json`` into ``--out``; ``--resume`` continues a killed run without forgetting spent budget.
+
+``protonet`` trains on obfuscated images (``--obfuscation``; DP-Pix at ``--epsilon`` per image) with an
+optional jointly trained denoiser and writes ``metrics.jsonl``, ``model.pt``, ``evaluation.json`` and a
+``privacy_report.json`` with the user's per-image guarantee against the server.
 """
 
 from __future__ import annotations
@@ -23,25 +28,29 @@ __all__ = ["add_train_parser", "run_train"]
 _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin\n"
              "  metadp train maml --data glyphs --steps 300 --out runs/glyphs\n"
              "  metadp train dp-agr --data glyphs --epsilon 2 --clip-policy quantile --out runs/agr\n"
-             "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume")
+             "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume\n"
+             "  metadp train protonet --data omniglot --obfuscation dp-pix --epsilon 3 --cell 4 --m 1 --denoiser "
+             "--steps 1000 --out runs/proto")
 
 
 def add_train_parser(sub, number, formatter) -> None:
     from metadp.training.clipping import POLICIES
 
-    algorithms = ("maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr")
+    algorithms = ("maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr", "protonet")
     t = sub.add_parser("train", help="train MAML, Reptile, DP-MAML, DP-Reptile or DP-FedMeta within a privacy budget "
                        "(needs torch)", epilog=_EXAMPLES, formatter_class=formatter)
     t.add_argument("algorithm", choices=algorithms,
                    help="maml, reptile (non-private); dp-maml (task level, dp-maml Alg. 1), dp-maml-sample (Alg. 2), "
-                        "dp-reptile (task-global), dp-agr, dp-agrlr (DP-FedMeta)")
+                        "dp-reptile (task-global), dp-agr, dp-agrlr (DP-FedMeta); protonet (prototypical network on "
+                        "obfuscated images, optional denoiser: privacy-enhanced few-shot Alg. 1)")
     t.add_argument("--data", choices=("sinusoid", "glyphs", "omniglot"), default="sinusoid")
     t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
                    help="the guarantee whose budget stops the run (default: task; record for dp-maml-sample and "
                         "dp-reptile); every other one is reported too")
     t.add_argument("--sampler", choices=("poisson", "fixed", "one-pass"),
                    help="task sampling (default poisson; one-pass for dp-agr, dp-agrlr, dp-reptile)")
-    t.add_argument("--epsilon", type=number("--epsilon", float), help="budget of --unit at --delta")
+    t.add_argument("--epsilon", type=number("--epsilon", float),
+                   help="budget of --unit at --delta; protonet: the DP-Pix epsilon per released image")
     t.add_argument("--delta", type=number("--delta", float), default=1e-5)
     t.add_argument("--noise", type=number("--noise", float),
                    help="noise multiplier z of the released sum (default: calibrated to the budget)")
@@ -77,6 +86,103 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="Omniglot: characters rotated by 90, 180, 270 degrees are new classes (augmentation)")
     t.add_argument("--eval-tasks", type=number("--eval-tasks", int), default=600,
                    help="held-out tasks for the final evaluation (default 600; Omniglot uses its 20 one-shot runs)")
+    p = t.add_argument_group("protonet (obfuscated images; the options above that apply: --data glyphs|omniglot, "
+                             "--epsilon, --delta, --steps, --outer-lr, --seed, --out, --device, --norm, --rotations, "
+                             "--eval-tasks)")
+    p.add_argument("--obfuscation", choices=_OBFUSCATIONS,
+                   help="applied to support and query images (default none); only dp-pix has a formal guarantee")
+    p.add_argument("--cell", type=number("--cell", int), help="dp-pix, pixelize: the cell side b in pixels")
+    p.add_argument("--m", type=number("--m", int),
+                   help="dp-pix: neighbouring images differ in at most m pixel values (default 1)")
+    p.add_argument("--radius", type=number("--radius", int), help="blur: kernel half-width r ((2r+1)^2 kernel)")
+    p.add_argument("--sigma", type=number("--sigma", float),
+                   help="blur: kernel std in pixels (default r); gaussian: noise std in [0, 1] units (paper / 255)")
+    p.add_argument("--denoiser", action="store_true", help="train a residual (DnCNN-style) denoiser jointly")
+    p.add_argument("--denoise-weight", type=number("--denoise-weight", float),
+                   help="lambda in loss = classification + lambda * denoising MSE (default 1, the paper's)")
+    p.add_argument("--ways", type=number("--ways", int),
+                   help="N of N-way episodes, training and evaluation (default 5)")
+    p.add_argument("--shots", type=number("--shots", int), help="support images per class (default 5)")
+    p.add_argument("--query", type=number("--query", int), help="query images per class (default 5)")
+
+
+_OBFUSCATIONS = {"none": "none", "dp-pix": "dp_pix", "pixelize": "pixelize", "blur": "gaussian_blur",
+                 "gaussian": "gaussian_noise"}
+_PROTONET_ONLY = ("obfuscation", "cell", "m", "radius", "sigma", "denoise_weight", "ways", "shots", "query")
+
+
+def _protonet_data(args):
+    """(training images, held-out images, description of the split)."""
+    from metadp.training import data
+    from metadp.training.protonet import HELD_OUT_ALPHABETS, split_by_alphabet
+
+    if args.data == "glyphs":
+        images = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
+        return images[:150], images[150:], "synthetic glyphs: classes 0-149 train, 150-199 held out"
+    pool = data.load_omniglot_background(rotations=args.rotations, device=args.device)  # no download
+    train, held = split_by_alphabet(pool.class_names)
+    return (pool.images[train], pool.images[held],
+            f"Omniglot background (minimal split): {len(train)} classes train; the {len(held)} classes of the "
+            f"alphabets {', '.join(HELD_OUT_ALPHABETS)} held out")
+
+
+def _run_protonet(args) -> None:
+    import dataclasses
+
+    from tqdm import tqdm
+
+    from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
+
+    if args.data == "sinusoid":
+        raise ValueError("protonet classifies images: use --data glyphs or --data omniglot (sinusoid is regression)")
+    obfuscation = _OBFUSCATIONS[args.obfuscation or "none"]
+    config = ProtoConfig(
+        obfuscation=obfuscation, epsilon=args.epsilon, cell=args.cell, m=args.m, radius=args.radius,
+        blur_sigma=args.sigma if obfuscation == "gaussian_blur" else None,
+        noise_sigma=args.sigma if obfuscation == "gaussian_noise" else None,
+        denoiser=args.denoiser, denoise_weight=1.0 if args.denoise_weight is None else args.denoise_weight,
+        norm=args.norm, n_way=args.ways or 5, k_shot=args.shots or 5, k_query=args.query or 5, steps=args.steps,
+        lr=args.outer_lr if args.outer_lr is not None else 1e-3, seed=args.seed)
+    if args.sigma is not None and obfuscation not in ("gaussian_blur", "gaussian_noise"):
+        raise ValueError(f"--sigma applies to --obfuscation blur or gaussian, not {args.obfuscation or 'none'}")
+    train_images, held_images, split = _protonet_data(args)
+    bar = tqdm(total=config.steps, file=sys.stderr, desc="protonet", leave=False)
+
+    def progress(step, metrics):
+        bar.n = step
+        bar.set_postfix({"loss": f"{metrics['loss']:.3f}", "acc": f"{metrics['accuracy']:.2f}"}, refresh=False)
+        bar.refresh()
+
+    try:
+        result = train_protonet(train_images, config, args.out, device=args.device, progress=progress)
+    finally:
+        bar.close()
+    evaluation = evaluate_protonet(result.model, held_images, config, n_tasks=args.eval_tasks, seed=10_000 + args.seed)
+    report = privacy_report(config, result.releases_per_image_max, evaluation.releases_per_image_max, args.delta)
+    out = Path(args.out)
+    score = evaluation.score
+    (out / "evaluation.json").write_text(json.dumps({
+        "data": args.data, "split": split, "metric": score.metric, "mean": score.mean,
+        "half_width_95": score.half_width, "tasks": score.n_tasks, "ways": config.n_way, "shots": config.k_shot,
+        "query": config.k_query, "denoiser": config.denoiser, "config": dataclasses.asdict(config),
+        "per_task": evaluation.per_task.tolist(), "evaluation_seed": 10_000 + args.seed}))
+    (out / "privacy_report.json").write_text(json.dumps(report, indent=1))
+    print(f"protonet ({'with' if config.denoiser else 'without'} denoiser, obfuscation {obfuscation}): "
+          f"{config.steps:,} steps; {split}")
+    print(f"evaluation ({config.n_way}-way {config.k_shot}-shot, obfuscated support and query): {score}")
+    if report["formal"]:
+        one = report["composed_epsilon"]["one_test_image"]
+        most = report["composed_epsilon"]["training_image_max"]
+        print(f"guarantee (the user's, against the server that receives the obfuscated images): {report['guarantee']}")
+        print(f"  one released test image: epsilon <= {one['epsilon_pure']:.4g} (upper bound, pure DP)")
+        print(f"  a training image re-obfuscated {most['releases']} times (the most in this run): epsilon <= "
+              f"{most['epsilon_pure']:.4g} (pure, basic composition), <= {most['epsilon_at_delta']:.4g} at delta = "
+              f"{args.delta:g} (upper bound, PLD)")
+    else:
+        print(f"guarantee: {report['guarantee']}")
+        print(f"WARNING: obfuscation {obfuscation} carries NO formal privacy guarantee: {report['guarantee']}",
+              file=sys.stderr)
+    print(f"files in {out}/")
 
 
 def _setup(args):
@@ -120,6 +226,13 @@ def run_train(args) -> None:
         raise ValueError('metadp train needs torch: pip install "metadp[train]" (CPU build: pip install torch)') from None
     from tqdm import tqdm
 
+    if args.algorithm == "protonet":
+        return _run_protonet(args)
+    given = [name for name in _PROTONET_ONLY if getattr(args, name) is not None]
+    given += ["denoiser"] if args.denoiser else []
+    if given:
+        raise ValueError(f"--{', --'.join(n.replace('_', '-') for n in given)} apply to protonet only, "
+                         f"not {args.algorithm}; drop them")
     from metadp.training.trainer import TrainConfig, calibrate, train
 
     private = args.algorithm.startswith("dp-")
