@@ -35,8 +35,12 @@ def main():
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--out", default="runs/sinusoid_curves")
+    parser.add_argument("--replot", action="store_true", help="only redraw curves.png from --out/summary.json")
     args = parser.parse_args()
     out = Path(args.out)
+    if args.replot:
+        _plot(json.loads((out / "summary.json").read_text()), out)
+        return
     out.mkdir(parents=True, exist_ok=True)
     pool = tasks.SinusoidPool(10000, 10, 10, seed=0)
     common = dict(steps=args.steps, meta_batch=25, inner_steps=1, inner_lr=0.01, first_order=False, delta=1e-5,
@@ -68,6 +72,10 @@ def main():
                          "views": result.report["views"], "noise": config.noise_multiplier,
                          "inner_noise": config.inner_noise}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    _plot(summary, out)
+
+
+def _plot(summary: dict, out: Path) -> None:
     try:
         import matplotlib
 
@@ -84,7 +92,8 @@ def main():
         label = name + (f" (eps<={eps:.2g})" if eps is not None and math.isfinite(eps) else "")
         ax.plot(torch.arange(len(smooth)) * window, smooth, label=label)
     ax.set_xlabel("step")
-    ax.set_ylabel("query MSE (sampled tasks)")
+    ax.set_ylabel("training MSE of the sampled tasks")
+    ax.set_title("MAML family: query MSE after adaptation; Reptile family: MSE before adaptation", fontsize=9)
     ax.set_yscale("log")
     ax.legend(fontsize=8)
     fig.tight_layout()
