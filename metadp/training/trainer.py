@@ -226,10 +226,9 @@ def _sampling(pool, c: TrainConfig):
 
 
 def _device_of(pool) -> torch.device:
-    tensor = getattr(pool, "images", None)
-    if tensor is None:
-        tensor = pool._x
-    return tensor.device
+    """Where the pool's tensors live (``EpisodePool.images``, or ``SinusoidPool.device``)."""
+    images = getattr(pool, "images", None)
+    return images.device if images is not None else torch.device(pool.device)
 
 
 def run_views(pool, c: TrainConfig, private_clipping: bool = True):
