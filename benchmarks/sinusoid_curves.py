@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
+from metadp.report import format_upper  # noqa: E402
 from metadp.training import evaluate, models, tasks  # noqa: E402
 from metadp.training.trainer import TrainConfig, calibrate, train  # noqa: E402
 
@@ -54,6 +55,7 @@ def main():
         ("dp-reptile", dict(algorithm="dp-reptile", outer_lr=1.0, inner_steps=3, inner_lr=0.02, epsilon=args.epsilon)),
     ]
     summary = {}
+    print("every epsilon: certified upper bound (PLD) at delta 1e-5, per privacy view (unit, relation)")
     for name, extra in cases:
         config = TrainConfig(**{**common, **extra})
         if config.private:
@@ -63,7 +65,8 @@ def main():
         result = train(models.MLP(), pool, mse, config, out / name)
         score = evaluate.evaluate_sinusoid(models.MLP(), result.params, n_tasks=600, steps=config.inner_steps,
                                            lr=config.inner_lr)
-        guarantees = "; ".join(f"{v['view']} eps<={v['epsilon']:.3g}" if v["epsilon"] is not None else
+        guarantees = "; ".join(f"{v['view']} ({v['relation']}) eps<={format_upper(v['epsilon'], 3)}"
+                               if v["epsilon"] is not None else
                                f"{v['view']} none" for v in result.report["views"]) or "non-private"
         print(f"{name:15s} steps {len(result.losses):5d}  z={config.noise_multiplier:.3g} z_in={config.inner_noise:.3g}"
               f"  test MSE {score.mean:.3f} +- {score.half_width:.3f}  ({guarantees})  "
@@ -89,7 +92,7 @@ def _plot(summary: dict, out: Path) -> None:
         window = max(1, len(losses) // 50)
         smooth = losses.unfold(0, window, window).mean(1) if len(losses) >= window else losses
         eps = next((v["epsilon"] for v in row["views"] if v["epsilon"] is not None), None)
-        label = name + (f" (eps<={eps:.2g})" if eps is not None and math.isfinite(eps) else "")
+        label = name + (f" (eps<={format_upper(eps, 2)})" if eps is not None and math.isfinite(eps) else "")
         ax.plot(torch.arange(len(smooth)) * window, smooth, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("training MSE of the sampled tasks")

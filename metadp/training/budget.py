@@ -20,6 +20,7 @@ import numpy as np
 
 from metadp._validation import check_count, check_delta, check_real
 from metadp.accounting import events as ev
+from metadp.report import format_upper
 from metadp.accounting.calibration import ACCOUNTANTS, calibrate_noise, max_steps
 
 __all__ = ["BudgetSchedule", "budget_schedule", "noise_for_budget"]
@@ -55,7 +56,7 @@ class BudgetSchedule:
     def describe(self) -> str:
         return (f"budget epsilon <= {self.target_epsilon:g} at delta = {self.delta:g} ({self.accountant.upper()}, "
                 f"{self.relation}): stop after step {self.last_step:,} of {self.max_steps:,} "
-                f"(epsilon {self.final_epsilon:.4g})")
+                f"(epsilon <= {format_upper(self.final_epsilon)})")
 
 
 def budget_schedule(step_event: ev.Event, steps: int, target_epsilon: float, delta: float, *,

@@ -23,6 +23,8 @@ import math
 import sys
 from pathlib import Path
 
+from metadp.report import format_upper
+
 __all__ = ["add_train_parser", "run_train"]
 
 _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin\n"
@@ -174,9 +176,10 @@ def _run_protonet(args) -> None:
         one = report["composed_epsilon"]["one_test_image"]
         most = report["composed_epsilon"]["training_image_max"]
         print(f"guarantee (the user's, against the server that receives the obfuscated images): {report['guarantee']}")
-        print(f"  one released test image: epsilon <= {one['epsilon_pure']:.4g} (upper bound, pure DP)")
+        print(f"  one released test image: epsilon <= {format_upper(one['epsilon_pure'])} (upper bound, pure DP)")
         print(f"  a training image re-obfuscated {most['releases']} times (the most in this run): epsilon <= "
-              f"{most['epsilon_pure']:.4g} (pure, basic composition), <= {most['epsilon_at_delta']:.4g} at delta = "
+              f"{format_upper(most['epsilon_pure'])} (pure, basic composition), <= "
+              f"{format_upper(most['epsilon_at_delta'])} at delta = "
               f"{args.delta:g} (upper bound, PLD)")
     else:
         print(f"guarantee: {report['guarantee']}")
@@ -262,7 +265,8 @@ def run_train(args) -> None:
     def progress(step, loss, spent):
         bar.n = step
         # the budget view's certified epsilon so far: an upper bound at --delta
-        bar.set_postfix({"loss": f"{loss:.3f}", "eps<=": f"{spent:.3g}" if private else "n/a (non-private)"},
+        bar.set_postfix({"loss": f"{loss:.3f}",
+                         f"eps({config.budget_unit})<=": format_upper(spent, 3) if private else "n/a (non-private)"},
                         refresh=False)
         bar.refresh()
 
@@ -282,6 +286,7 @@ def run_train(args) -> None:
         if view["epsilon"] is None:
             print(f"  {view['view']}{budget}: no guarantee ({view['note']})")
         else:
-            print(f"  {view['view']}{budget}: epsilon <= {view['epsilon']:.4g} (upper bound, PLD) at delta = "
-                  f"{args.delta:g}; against {view['adversary']}; {view['note']}")
+            print(f"  {view['view']}{budget}: epsilon <= {format_upper(view['epsilon'])} (upper bound, PLD) at delta = "
+                  f"{args.delta:g}, {view['relation'].replace('_', '/')} neighbours, {view['charged_per']} charges; "
+                  f"against {view['adversary']}; {view['note']}")
     print(f"evaluation: {score}; files in {out}/")

@@ -25,7 +25,7 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
   whose shift is at most J s noise standard deviations, s the shift of one appearance:
   ``EpisodicSampled(k, q, 1, Gaussian(1 / s), shift=1)`` (``metadp.mechanisms.episodic``, J revealed).
   This is valid but loose: task sampling then amplifies delta, not epsilon (a record in one task at
-  q = 0.0032, z = 1, 1,000 steps: 13.5 where the add/remove task view gives 0.53). A tight bound for
+  q = 0.0032, z = 1, 1,000 steps: 13.55 where the add/remove task view gives 0.5327). A tight bound for
   records in persistent tasks (a substitution-type pair, Balle, Barthe & Gaboardi 2018, Thm. 2
   "advanced joint convexity", composed) is not implemented. Per-task clipping: the task exists either way, so s = 2 / z
   (DESIGN.md 3.7). Sample-level DP-MAML (Alg. 2), with S inner steps (inner multiplier z_in) and m_q

@@ -231,14 +231,20 @@ def _device_of(pool) -> torch.device:
     return images.device if images is not None else torch.device(pool.device)
 
 
-def run_views(pool, c: TrainConfig, private_clipping: bool = True):
-    """The privacy views of ``c`` on ``pool`` (``metadp.training.privacy.views``) and the sampling plan."""
-    _, plan, _ = _sampling(pool, c)
+def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[SamplingPlan] = None,
+              multiplicity: Optional[int] = None):
+    """The privacy views of ``c`` on ``pool`` (``metadp.training.privacy.views``) and the sampling plan.
+
+    ``plan`` and ``multiplicity`` (the pool's ``record_multiplicity()``) depend on the pool and the
+    sampling only: callers that ask for many configurations of one pool pass them in once.
+    """
+    plan = plan if plan is not None else _sampling(pool, c)[1]
     if not c.private:
         return plan, ()
+    k = multiplicity if multiplicity is not None else pool.record_multiplicity()
     found = views(c.algorithm, plan, noise=c.noise_multiplier if c.noise_multiplier > 0 else 1.0,
                   inner_noise=c.inner_noise if c.inner_noise > 0 else 1.0, inner_steps=c.inner_steps,
-                  query_per_task=pool.query_per_task, record_multiplicity=pool.record_multiplicity(),
+                  query_per_task=pool.query_per_task, record_multiplicity=k,
                   first_order=c.first_order, private_clipping=private_clipping)
     if not c.bounded:  # no noise or no clipping: each release is non-private (infinite epsilon)
         found = tuple(dataclasses.replace(v, event=NonPrivate()) if v.event is not None else v for v in found)
@@ -269,18 +275,19 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
             return dataclasses.replace(base, noise_multiplier=z, inner_noise=z)
         return dataclasses.replace(base, inner_noise=z) if sets_inner else dataclasses.replace(base, noise_multiplier=z)
 
-    view = next(v for v in run_views(pool, c)[1] if v.key == key)
+    k = pool.record_multiplicity()
+    view = next(v for v in run_views(pool, c, plan=plan, multiplicity=k)[1] if v.key == key)
     passes = math.ceil(c.steps / plan.steps_per_pass)
     if view.charge == "visit":
         if plan.scheme != "one-pass":
             raise ValueError(f"the {key} view is charged per visit, which is random under {plan.scheme} sampling: "
                              "give the noise multiplier instead of calibrating it")
-        count = passes * pool.record_multiplicity()
+        count = passes * k
     else:
         count = c.steps if view.charge == "step" else passes
 
     def event(z: float):
-        v = next(v for v in run_views(pool, configured(z))[1] if v.key == key)
+        v = next(v for v in run_views(pool, configured(z), plan=plan, multiplicity=k)[1] if v.key == key)
         return ev.SelfComposed(v.event, count)
 
     z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant="pld", rtol=rtol)
@@ -340,7 +347,7 @@ class _Run:
         self._spent_cache = (None, 0.0)
 
     def _views(self):
-        return run_views(self.pool, self.config, self.policy.private)[1]
+        return run_views(self.pool, self.config, self.policy.private, plan=self.plan, multiplicity=self.multiplicity)[1]
 
     # -- budget ------------------------------------------------------------------------------------
     @property
@@ -576,4 +583,7 @@ def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:
         "run": run.state(), "step": step, "losses": list(losses)})
     with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps({"step": step, "loss": losses[-1] if losses else None,
-                            "epsilon": run.spent(), "clip": run.policy.threshold}) + "\n")
+                            # the budget view's certified upper bound so far (PLD), at the run's delta
+                            "epsilon": run.spent(), "epsilon_view": run.primary.key if run.primary else None,
+                            "delta": run.config.delta if run.primary else None,
+                            "clip": run.policy.threshold}) + "\n")

@@ -321,3 +321,20 @@ def test_second_order_a_support_record_also_acts_through_the_inner_jacobian():
     # so every query example's meta-gradient moves with the support record, noise held fixed
     moved = [math.sqrt(sum(float((g1[k][0, j] - g2[k][0, j]).square().sum()) for k in params)) for j in range(3)]
     assert min(moved) > 1e-3
+
+
+def test_the_numbers_the_readme_quotes_for_findings_4_and_the_persistent_task_record():
+    # README (Findings 4; Training section) and privacy.py's docstring quote these, rounded up: they must
+    # stay upper bounds of what the accountant certifies, and within 0.5% of it
+    from metadp.accounting.pld import PldAccountant
+
+    plan = SamplingPlan("poisson", 10000, rate=32 / 10000)
+
+    def eps(event):
+        return PldAccountant().compose(event, 1000).get_epsilon(1e-5)
+
+    first, second = (views("dp-maml-sample", plan, noise=1.0, inner_noise=1.0, query_per_task=5,
+                           record_multiplicity=1, first_order=fo)[0].event for fo in (True, False))
+    record, task = (views("dp-maml", plan, noise=1.0, record_multiplicity=1)[i].event for i in (1, 0))
+    for quoted, event in ((13.55, first), (688.1, second), (37.55, record), (0.5327, task)):
+        assert eps(event) <= quoted <= 1.005 * eps(event), (quoted, eps(event))
