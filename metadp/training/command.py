@@ -278,7 +278,10 @@ def run_train(args) -> None:
     out = Path(args.out)
     (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
                                                      "half_width_95": score.half_width, "tasks": score.n_tasks}))
-    print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,})")
+    sampling = result.report["sampling"]
+    print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,}); tasks sampled "
+          f"{sampling['scheme']} from a fixed pool of {sampling['pool']:,} (expected {sampling['expected_batch']:.4g} a "
+          "step)")
     if not private:
         print("non-private: no privacy guarantee")
     for view in result.report["views"]:
