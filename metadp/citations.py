@@ -137,17 +137,20 @@ CITATIONS: Dict[str, Dict[str, str]] = {
     },
     "dpmaml": {
         "type": "misc",
-        "title": "Meta-Learning with Differential Privacy (DP-MAML)",
-        "author": "{Unknown}",
-        "note": "Authors not given in the source text shipped as shared/papers/dp-maml.txt; task-level (Alg. 1) and sample-level (Alg. 2) DP-MAML",
+        "title": "Meta-Learning with Differential Privacy",
+        "author": "{Anonymous}",
+        "note": "Anonymous manuscript in the ACM conference template (authors, venue and year withheld in the copy "
+                "metadp analyses, shared/papers/dp-maml.txt); DP-MAML: task-level (Alg. 1) and sample-level (Alg. 2)",
         "year": "n.d.",
     },
-    "wang2023squeezing": {
-        "type": "misc",
+    "wang2022squeezing": {
+        "type": "inproceedings",
         "title": "Squeezing More Utility via Adaptive Clipping on Differentially Private Gradients in Federated Meta-Learning",
-        "author": "Wang, Ning and Zhang, Ning and Xiao, Yang and Lou, Wenjing and Chen, Yimin and Hou, Y. Thomas",
-        "note": "DP-FedMeta (DP-AGR, DP-AGRLR); shipped as shared/papers/dp-fedmeta.txt",
-        "year": "n.d.",
+        "author": "Wang, Ning and Xiao, Yang and Chen, Yimin and Zhang, Ning and Lou, Wenjing and Hou, Y. Thomas",
+        "booktitle": "Annual Computer Security Applications Conference (ACSAC)",
+        "year": "2022",
+        "doi": "10.1145/3564625.3564652",
+        "note": "DP-FedMeta (DP-AGR, DP-AGRLR)",
     },
     "li2020differentially": {
         "type": "inproceedings",

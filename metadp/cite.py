@@ -18,7 +18,7 @@ from decimal import ROUND_CEILING, Decimal
 from importlib import metadata
 from typing import Any, Dict, Tuple
 
-from metadp import __version__
+from metadp import __release_year__, __version__
 from metadp.citations import CITATIONS, bibtex
 from metadp.report import Report
 
@@ -269,7 +269,7 @@ def _software_entry() -> str:
         "key": "metadp",
         "howpublished": "Python package",
         "note": f"Version {__version__}",
-        "year": "n.d.",
+        "year": str(__release_year__),
     }
     body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields.items())
     return f"@misc{{{SOFTWARE_KEY},\n{body}\n}}"

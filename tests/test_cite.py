@@ -234,6 +234,18 @@ def test_every_registered_citation_parses():
     assert set(entries) == set(CITATIONS) and SOFTWARE_KEY not in CITATIONS
 
 
+def test_no_entry_pretends_to_know_nothing():
+    """Every entry names real authors or says the work is anonymous (never a placeholder "Unknown"),
+    and an undated entry says why in its note; metadp's own entry carries its release year."""
+    for key, entry in CITATIONS.items():
+        assert "unknown" not in entry.get("author", "").lower(), key
+        if not re.fullmatch(r"(19|20)\d\d", entry["year"]):
+            assert entry["year"] == "n.d." and "year" in entry.get("note", "") and "withheld" in entry["note"], key
+    fields = parse_bibtex(cite.__globals__["_software_entry"]())[SOFTWARE_KEY][1]
+    assert re.fullmatch(r"20\d\d", fields["year"]), fields["year"]
+    assert CITATIONS["wang2022squeezing"]["doi"] == "10.1145/3564625.3564652"  # ACSAC 2022 (dp-fedmeta.txt)
+
+
 # ---------------------------------------------------------------------------------------------
 # Numbers and escaping
 
