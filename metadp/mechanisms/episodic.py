@@ -16,9 +16,18 @@ those episodes' gradients), so the analysis conditions on J, the number of episo
 (and the mirror for the other direction). The true output is a post-processing of this pair
 (forget J), so the pair dominates one step (joint convexity over the upper levels: Balle, Barthe &
 Gaboardi 2018, arXiv:1807.01647, Thm. 2; the conditioning bound of DESIGN.md 3.6). Its privacy loss
-distribution is the mixture over j of the conditional pairs' PLDs. The simpler pair with
-K ~ Binomial(L, P_U r) hidden entirely is *not* valid when P_U < 1: exact enumeration
-(``metadp.verify.enumeration``) finds it violated already at L = 1 (two units of 3, two elements drawn).
+distribution is the mixture over j of the conditional pairs' PLDs.
+
+The simpler pair with K ~ Binomial(L, P_U r) hidden entirely (dp-accounting's mixture of Gaussians) is
+not a dominating pair for multistage sampling when P_U < 1. What is shown, by exact enumeration
+(``tests/mechanisms/test_episodic.py``; two classes of 3 records, P_U = 1/2):
+  * with per-example clipping and a Poisson last level it is violated already at L = 1: 5.2x at
+    eps = 2, z = 1 (the other class's episodes show which class was drawn);
+  * with per-episode clipping (shift 2C) the family searched there attains it but does not exceed it
+    for L <= 2; an independent enumeration (metadp issue 13) found excesses only from L >= 2, of at
+    most 5.5% (at most 0.3% at eps >= 0.5 when r < 1).
+So it is not used: whether it understates a given plan (e.g. the default DP-MAML plan, 832.6 against
+the revealed pair's 850.3) is not shown either way.
 """
 
 from __future__ import annotations

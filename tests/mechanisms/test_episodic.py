@@ -19,7 +19,9 @@ Oracles and provenance:
 
 from __future__ import annotations
 
+import itertools
 import math
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -30,6 +32,7 @@ from scipy import stats
 
 from metadp.mechanisms.episodic import RevealedMixture, _binomial_support, episodic_record_pairs, hidden_binomial_pairs
 from metadp.mechanisms.gaussian import GaussianMixturePair
+from metadp.verify.enumeration import Fixed, Hierarchy, Poisson, hockey_stick, sample_distribution
 
 EPS = np.array([0.0, 0.05, 0.3, 1.0, 2.0, 4.0, 8.0, 16.0])
 
@@ -321,3 +324,77 @@ def test_hidden_binomial_pairs_unchecked_shift_and_zero_inclusion_still_raise():
         args = dict(episodes=4, inclusion=0.3, noise_multiplier=1.0) | kwargs
         with pytest.raises(ValueError):
             hidden_binomial_pairs(**args)
+
+
+# ---------------------------------------------------------------------------------------------
+# What exact enumeration shows about the hidden-binomial pair (the statements of the module docstring
+# and README Finding 2). Universe: two classes of 3 records; an episode takes 1 of the 2 classes
+# (P_U = 1/2), then each of its records with probability 1/2 (Poisson last level, r = 1/2) or 2 of its 3
+# (fixed last level, r = 2/3). The record is the last of class 0; D' is D without it (add/remove).
+# The output is the sum over L independent episodes of each episode's contribution, plus N(0, z^2).
+
+
+def _episode_laws(draws, values, contribution):
+    """The contribution's law for one episode of D and of D' (the record removed), as {value: prob}."""
+    laws = []
+    for units, vals in (((3, 3), values), ((2, 3), {p: v for p, v in values.items() if p != (0, 2)})):
+        law = {}
+        for prob, leaves in sample_distribution(Hierarchy(units, draws)):
+            value = contribution(leaves, vals)
+            law[value] = law.get(value, 0) + prob
+        laws.append(law)
+    return laws
+
+
+def _l_fold(law, episodes):
+    """The law of the sum of ``episodes`` independent contributions, as [(weight, mean)]."""
+    out = {0: 1}
+    for _ in range(episodes):
+        nxt = {}
+        for m1, w1 in out.items():
+            for m2, w2 in law.items():
+                nxt[m1 + m2] = nxt.get(m1 + m2, 0) + w1 * w2
+        out = nxt
+    return [(float(w), float(m)) for m, w in out.items()]
+
+
+def _exact(laws, episodes, z, eps):
+    a, b = (_l_fold(law, episodes) for law in laws)
+    return max(hockey_stick(a, b, z, eps), hockey_stick(b, a, z, eps))
+
+
+def test_hidden_binomial_pair_is_violated_with_per_example_clipping_and_a_poisson_last_level():
+    """Per-example clipping (each record's value in [-1, 1], the episode sums them), L = 1, z = 1:
+    record -1, the rest of its class 0, the other class all +1 (so which class an episode drew shows).
+    Exact 8.256e-4 at eps = 2 against the hidden pair's 1.589e-4 (5.2x): not a dominating pair. The
+    revealed pair (1.136e-3) holds."""
+    values = {(0, 0): 0, (0, 1): 0, (0, 2): -1, (1, 0): 1, (1, 1): 1, (1, 2): 1}
+    laws = _episode_laws((Fixed(1), Poisson(Fraction(1, 2))), values, lambda leaves, v: sum(v[p] for p in leaves))
+    exact = _exact(laws, 1, 1.0, 2.0)
+    hidden = max(float(pair.profile(2.0)) for pair in hidden_binomial_pairs(1, 0.25, 1.0, shift=1.0)[:2])
+    revealed = max(float(pair.profile(2.0)) for pair in episodic_record_pairs(1, 0.5, 0.5, 1.0, shift=1.0))
+    assert exact == pytest.approx(8.256133831e-4, rel=1e-6)
+    assert exact > 5.0 * hidden
+    assert exact < revealed
+
+
+@pytest.mark.parametrize("episodes", [1, 2])
+def test_hidden_binomial_pair_with_per_episode_clipping_is_attained_not_exceeded_on_this_family(episodes):
+    """Per-episode clipping at C = 1 (shift 2): each episode's clipped contribution is any value in
+    [-1, 1]; the family gives it one value f1 when the episode holds the record, f0 when it drew the
+    record's class without it, fo for the other class, each in {-1, 0, 1} (fixed last level, 2 of 3).
+    The hidden pair is attained (f1 = -f0 = -fo) and not exceeded; this is evidence, not a proof, and
+    richer datasets exceed it slightly from L = 2 (issue 13: <= 5.5%), so metadp does not use it."""
+    z, worst_hidden, worst_revealed = 1.0, 0.0, 0.0
+    for eps in (0.2, 1.0):
+        hidden = max(float(p.profile(eps)) for p in hidden_binomial_pairs(episodes, 1 / 3, z)[:2])
+        revealed = max(float(p.profile(eps)) for p in episodic_record_pairs(episodes, 0.5, 2 / 3, z))
+        for f1, f0, fo in itertools.product((-1, 0, 1), repeat=3):
+            def contribution(leaves, v, f1=f1, f0=f0, fo=fo):
+                return fo if leaves[0][0] == 1 else (f1 if (0, 2) in leaves else f0)
+
+            exact = _exact(_episode_laws((Fixed(1), Fixed(2)), {(0, 0): 0, (0, 1): 0, (0, 2): 0, (1, 0): 0,
+                                                                 (1, 1): 0, (1, 2): 0}, contribution), episodes, z, eps)
+            worst_hidden, worst_revealed = max(worst_hidden, exact / hidden), max(worst_revealed, exact / revealed)
+    assert 1 - 1e-9 < worst_hidden < 1 + 1e-9
+    assert worst_revealed < 1.0
