@@ -307,12 +307,36 @@ class MultistageBound:
     method: str
     hierarchy: Hierarchy = field(repr=False)
 
-    def profile(self, base_profile: Callable[[np.ndarray], np.ndarray]):
+    def profile(self, base_profile: Callable[[np.ndarray], np.ndarray], *, base_relation: str,
+                neighbours: str = "add_remove"):
         """The amplified profile eps' -> delta' (vectorised, eps' >= 0) of a base profile.
 
+        The bound holds for datasets that differ by adding or removing one element (Tombs et al.'s
+        relation), with the base profile computed under ``self.relation``. Both are stated by the caller
+        and checked, because a mismatch is not a little loose but wrong: with substitution neighbours
+        and the add/remove base profile under a Poisson last level, the exact divergence exceeds this
+        bound by orders of magnitude.
+
         Args:
-            base_profile: the base mechanism's profile under ``self.relation``.
+            base_profile: the base mechanism's profile.
+            base_relation: the relation ``base_profile`` was computed under (``"add_remove"`` or
+                ``"substitute"``); must equal ``self.relation``.
+            neighbours: the relation between the datasets the result is claimed for; only
+                ``"add_remove"`` is covered.
+
+        Raises:
+            ValueError: on either mismatch, naming the relation required.
         """
+        for name, value in (("base_relation", base_relation), ("neighbours", neighbours)):
+            if value not in ("add_remove", "substitute"):
+                raise ValueError(f"{name} must be 'add_remove' or 'substitute', got {value!r}")
+        if neighbours != "add_remove":
+            raise ValueError("neighbours='substitute' is not covered by the multistage bound: it holds for datasets "
+                             "that differ by adding or removing one element (Tombs et al. 2022, Sec. 3)")
+        if base_relation != self.relation:
+            why = ("a fixed-size last level replaces the removed element by another member of its unit" if
+                   self.relation == "substitute" else "a Poisson last level keeps each element independently")
+            raise ValueError(f"base_relation must be {self.relation!r} for this hierarchy ({why}), got {base_relation!r}")
         theorem = ("Tombs, Kotevska & Young 2022, Thm. 3, corrected (DESIGN.md 3.6): " + self.method
                    + "; Balle, Barthe & Gaboardi 2018 (arXiv:1807.01647), Thm. 2")
         profiles = tuple(AmplifiedProfile(base_profile, _float_up(rate), _float_up(weight), self.relation, theorem)
@@ -347,8 +371,8 @@ def multistage_amplification(hierarchy: Hierarchy) -> MultistageBound:
             datasets when it is fixed-size (the paper's assumption; Tombs et al., Sec. 3).
 
     Returns:
-        A :class:`MultistageBound`: ``bound.profile(base)`` is the amplified profile, with ``base``
-        computed under ``bound.relation``.
+        A :class:`MultistageBound`: ``bound.profile(base, base_relation=bound.relation)`` is the
+        amplified profile, with ``base`` computed under ``bound.relation``.
     """
     _, all_pairs = _walk(hierarchy)
     eta, path = inclusion_probability(hierarchy)

@@ -34,6 +34,8 @@ from metadp.amplification import (
     simulate_inclusion,
 )
 from metadp.mechanisms import GaussianMixturePair, gaussian_pair
+from metadp.verify.enumeration import Fixed, Poisson, multistage_check
+from metadp.verify.enumeration import Hierarchy as EnumHierarchy
 
 DP_MAML = Hierarchy((Level("class", "fixed", size=5, units=1150), Level("drawing", "fixed", size=2, units=20)))
 EXAMPLE_3_1 = Hierarchy((Level("primary", "fixed", size=1, units=2),
@@ -213,7 +215,7 @@ def test_paper_eta_bound_fails_for_two_element_episodes_and_ours_holds(sigma):
     bound = multistage_amplification(hierarchy)
     assert bound.eta == Fraction(1, 3) and bound.pairs == ((Fraction(1, 3), Fraction(2, 3)),)
     base = gaussian_pair(sigma).profile
-    ours = bound.profile(base)
+    ours = bound.profile(base, base_relation="substitute")
     worst_paper, worst_ours = 0.0, 0.0
     for eps_prime in (0.05, 0.2, 1.0):
         exact = _worst_exact(2, sigma, eps_prime)
@@ -231,7 +233,7 @@ def test_single_element_episodes_keep_the_eta_bound_and_it_is_tight():
     hierarchy = Hierarchy((Level("unit", "fixed", size=1, units=2), Level("element", "fixed", size=1, units=3)))
     bound = multistage_amplification(hierarchy)
     assert bound.method == "single-element" and bound.eta == Fraction(1, 6)
-    amplified = bound.profile(gaussian_pair(1.0).profile)
+    amplified = bound.profile(gaussian_pair(1.0).profile, base_relation="substitute")
     for eps_prime in (0.05, 0.5):
         assert _worst_exact(1, 1.0, eps_prime) <= float(amplified(eps_prime)) * (1 + 1e-6)
     eps_grid = np.array([0.0, 0.1, 1.0, 3.0])
@@ -244,7 +246,8 @@ def test_single_element_episodes_keep_the_eta_bound_and_it_is_tight():
 def test_amplified_epsilon_never_exceeds_the_base_epsilon(hierarchy, z):
     base = gaussian_pair(z).profile
     for delta in (1e-8, 1e-5):
-        amplified = epsilon_for_delta(multistage_amplification(hierarchy).profile(base), delta)
+        bound = multistage_amplification(hierarchy)
+        amplified = epsilon_for_delta(bound.profile(base, base_relation=bound.relation), delta)
         plain = epsilon_for_delta(base, delta)
         assert amplified < plain  # eta < 1 in every case here
 
@@ -284,3 +287,31 @@ def test_describe_states_relation_and_coupling():
 def test_invalid_inputs_name_the_parameter(make, name):
     with pytest.raises(ValueError, match=name):
         make()
+
+
+def test_profile_refuses_a_relation_it_does_not_cover():
+    """The caller states the base profile's relation and the datasets' relation; a mismatch is refused
+    rather than turned into a number (issue 13)."""
+    fixed_last, poisson_last = multistage_amplification(DP_MAML), multistage_amplification(POISSON_LAST)
+    base = gaussian_pair(1.0).profile
+    with pytest.raises(ValueError, match="base_relation must be 'substitute'"):
+        fixed_last.profile(base, base_relation="add_remove")
+    with pytest.raises(ValueError, match="base_relation must be 'add_remove'"):
+        poisson_last.profile(base, base_relation="substitute")
+    with pytest.raises(ValueError, match="neighbours='substitute' is not covered"):
+        poisson_last.profile(base, base_relation="add_remove", neighbours="substitute")
+    with pytest.raises(ValueError, match="base_relation must be"):
+        poisson_last.profile(base, base_relation="replace")
+    with pytest.raises(TypeError):
+        poisson_last.profile(base)  # the relation is not optional
+    assert float(poisson_last.profile(base, base_relation="add_remove")(1.0)) < float(base(1.0))
+
+
+def test_why_substitution_neighbours_are_refused_under_a_poisson_last_level():
+    """Exact enumeration (two classes of 3, one class then each record with probability 1/2, noisy sum
+    with sigma 1): substitution neighbours exceed the add/remove-profile bound 5.9x at eps = 4 (and more
+    as eps grows), while the same bound with the substitution profile holds."""
+    h = EnumHierarchy((3, 3), (Fixed(1), Poisson(Fraction(1, 2))))
+    wrong = multistage_check(h, 1.0, [4.0], neighbours="substitute", base_relation="add_remove", bound="conditional")
+    right = multistage_check(h, 1.0, [4.0], neighbours="substitute", base_relation="substitute", bound="conditional")
+    assert wrong[0].ratio > 5.5 and right[0].ratio < 1.0
