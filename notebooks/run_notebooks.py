@@ -12,6 +12,11 @@ untouched and rewrites only their figures in ``docs/figures/``. Exit status 1, n
 and the cell, if a cell raises, times out, or leaves an output of type "error"; 2 on bad arguments.
 Prints each notebook's wall time and the total. Needs the ``notebooks`` extra
 (``pip install ".[notebooks]"``: matplotlib, nbclient, nbformat, ipykernel).
+
+A notebook that needs more than that extra says so in its metadata (``metadp.requires``: modules,
+``metadp.install``: the command) and in its first cell; when a module is missing the runner skips
+it with that command instead of failing inside a cell. ``--require-all`` (CI) turns a skip into a
+failure (exit 1).
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ def error_outputs(nb) -> List[Tuple[int, str]]:
             if output.get("output_type") == "error":
                 found.append((index, f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"))
     return found
+
+
+def missing_requirements(path: Path) -> Tuple[List[str], str]:
+    """(modules the notebook declares in ``metadata.metadp.requires`` that are not installed, the
+    install command it gives), read without starting a kernel."""
+    import json
+
+    meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("metadp", {})
+    missing = [m for m in meta.get("requires", []) if importlib.util.find_spec(m) is None]
+    return missing, meta.get("install", f"pip install {' '.join(missing)}")
 
 
 def run_notebook(path: Path, out: Optional[Path], timeout: int, kernel: str) -> Tuple[float, Optional[str]]:
@@ -105,6 +120,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help=f"directory for the figures (sets {FIGURES_ENV}; default: docs/figures)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
+    parser.add_argument("--require-all", action="store_true",
+                        help="fail (exit 1) instead of skipping a notebook whose declared requirements are missing")
     args = parser.parse_args(argv)
 
     if args.inplace and args.out is not None:
@@ -132,8 +149,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if any(out_dir.resolve() == p.parent for p in paths):
             parser.error(f"--out {out_dir} would overwrite the notebooks themselves: use --inplace for that")
         out_dir.mkdir(parents=True, exist_ok=True)
-    total, failures = 0.0, []
+    total, failures, skipped = 0.0, [], []
     for path in paths:
+        missing, install = missing_requirements(path)
+        if missing:
+            message = f"needs {', '.join(missing)}, not installed: {install}"
+            print(f"  {path.name}: SKIPPED ({message})", flush=True)
+            (failures if args.require_all else skipped).append((path.name, message))
+            continue
         print(f"running {path.name} ...", flush=True)
         seconds, failure = run_notebook(path, None if args.inplace else out_dir / path.name, args.timeout,
                                         args.kernel)
@@ -143,8 +166,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if failure is not None:
             failures.append((path.name, failure))
             print(f"  {failure}", file=sys.stderr, flush=True)
-    print(f"total: {total:.1f} s for {len(paths)} notebook(s)"
-          + ("" if args.inplace else f"; executed copies in {out_dir}"))
+    ran = len(paths) - len(skipped) - sum(1 for name, m in failures if m.startswith("needs "))
+    print(f"total: {total:.1f} s for {ran} notebook(s)"
+          + ("" if args.inplace else f"; executed copies in {out_dir}")
+          + (f"; skipped {len(skipped)}: " + ", ".join(f"{n} ({m})" for n, m in skipped) if skipped else ""))
     if failures:
         print("FAILED: " + ", ".join(name for name, _ in failures), file=sys.stderr)
         return 1

@@ -133,3 +133,55 @@ def test_every_notebook_runs_without_errors(tmp_path):
         assert list(figures.glob(f"{stem}_*.png")), f"{stem} wrote no figure"
         executed = load(tmp_path / "executed" / f"{stem}.ipynb")
         assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+
+
+def _imports_torch(path: Path) -> bool:
+    """A code cell imports torch, or a metadp.training module that needs it (all but budget, ledger,
+    privacy), directly."""
+    light = ("metadp.training.budget", "metadp.training.ledger", "metadp.training.privacy")
+    for cell in load(path)["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            words = line.split()
+            if words[:1] in (["import"], ["from"]) and len(words) > 1:
+                module = words[1]
+                if module.split(".")[0] == "torch" or (module.startswith("metadp.training") and module not in light):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_a_notebook_that_needs_torch_declares_it_and_says_how_to_install_it(path):
+    """The notebooks extra brings no torch (a plain torch requirement pulls a CUDA build), so a notebook
+    that needs it says so, in its metadata (read by the runner) and in its first cell (read by people)."""
+    meta = load(path)["metadata"].get("metadp", {})
+    if _imports_torch(path):
+        assert "torch" in meta.get("requires", []), f"{path.name} imports torch but does not declare it"
+        assert "torch==2.13.0" in meta["install"]
+        assert "pip install torch==2.13.0" in "".join(load(path)["cells"][0]["source"])
+    else:
+        assert "torch" not in meta.get("requires", [])
+
+
+def test_a_notebook_with_a_missing_requirement_is_skipped_with_the_install_command(tmp_path):
+    """No kernel starts: the runner reads the declared requirements first (issue 13: a fresh machine
+    with only the notebooks extra failed inside training_comparison.ipynb with ModuleNotFoundError)."""
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "a", "metadata": {}, "outputs": [],
+                     "source": "import metadp_no_such_module"}],
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                       "metadp": {"requires": ["metadp_no_such_module"], "install": "pip install the-thing"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "needs.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    assert runner_module().missing_requirements(path) == (["metadp_no_such_module"], "pip install the-thing")
+    if importlib.util.find_spec("nbclient") is None or importlib.util.find_spec("ipykernel") is None:
+        return  # the runner itself needs the notebooks extra; the requirement check above does not
+    done = subprocess.run([sys.executable, str(RUNNER), str(path), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "needs.ipynb: SKIPPED (needs metadp_no_such_module, not installed: pip install the-thing)" in done.stdout
+    assert "skipped 1" in done.stdout and "Traceback" not in done.stderr
+    strict = subprocess.run([sys.executable, str(RUNNER), str(path), "--out", str(tmp_path / "out"), "--require-all"],
+                            capture_output=True, text=True, timeout=120)
+    assert strict.returncode == 1 and "FAILED: needs.ipynb" in strict.stderr
