@@ -134,3 +134,17 @@ def test_full_audit_at_the_planned_n():
         hits = sum(audit_pair(gaussian_pair(0.8), _claim(), [1.0], n=n, n_explore=n_explore, rng=rng).verdict
                    == "VIOLATION" for _ in range(200))
         assert hits / 200 > floor
+
+
+def test_power_on_a_grid_is_a_close_lower_bound_on_the_exact_sum(monkeypatch):
+    # n = 3e6 at p = 0.3: ~14,000 outcomes per side, beyond the 4,097 summed exactly; the grid charges
+    # each cell at its worst end. Reference: every outcome (scipy's Clopper-Pearson bounds, checked).
+    from metadp.verify import planner
+
+    n, p, q, eps = 3_000_000, 0.3, 0.1, 1.0
+    c = p - math.e * q - 0.0012  # a small violation: power ~0.4, where the grid's cells matter most
+    grid = planned_power(n, p, q, eps, c, ALPHA, 2)
+    monkeypatch.setattr(planner, "_POINTS", 10**9)
+    every = planned_power(n, p, q, eps, c, ALPHA, 2)
+    assert 0.05 < every < 0.95
+    assert every - 1e-3 < grid <= every + 1e-12
