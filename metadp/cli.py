@@ -246,10 +246,10 @@ def _cmd_calibrate(args) -> None:
         print(report.headline())
 
 
-def _cmd_verify(args) -> None:
+def _cmd_verify(args) -> int:
     from metadp.verify.command import run_verify
 
-    run_verify(args)
+    return run_verify(args)  # 0 consistent, 1 VIOLATION, 3 inconclusive (metadp verify --help)
 
 
 def _cmd_train(args) -> None:
@@ -263,18 +263,19 @@ _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "cal
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point; returns the exit status (0 ok, 2 bad input)."""
+    """Entry point; returns the exit status (0 ok, 2 bad input; a command may return its own, e.g. verify)."""
     parser = _build_parser()
+    status = 0
     try:
         args = parser.parse_args(argv)
-        _COMMANDS[args.command](args)
+        status = _COMMANDS[args.command](args) or 0
     except (_UsageError, ValueError) as err:
         message = " ".join(str(err).split())  # exactly one line
         print(f"metadp: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into e.g. `head`: not an error of ours
         sys.stderr.close()
-    return 0
+    return status
 
 
 if __name__ == "__main__":

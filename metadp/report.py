@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 from metadp import __version__
 from metadp.citations import short_reference
 
-__all__ = ["Report", "build_report", "format_upper"]
+__all__ = ["Report", "build_report", "format_lower", "format_upper"]
 
 _UNIT_TEXT = {
     "record": "one record (a single training example)",
@@ -32,15 +32,25 @@ def format_upper(x: float, digits: int = 4) -> str:
     Exact: the float's decimal expansion is rounded with ``decimal`` (ROUND_CEILING), not by scaling in
     floating point, which printed the float just above 0.01481 as "0.01481".
     """
+    return _format_directed(x, digits, decimal.ROUND_CEILING)
+
+
+def format_lower(x: float, digits: int = 4) -> str:
+    """``x`` rounded down to ``digits`` significant digits (exactly, as ``format_upper``), so a printed lower
+    bound never overstates it."""
+    return _format_directed(x, digits, decimal.ROUND_FLOOR)
+
+
+def _format_directed(x: float, digits: int, rounding: str) -> str:
     if x == 0 or math.isinf(x) or math.isnan(x):
-        return {True: "inf"}.get(math.isinf(x), "0" if x == 0 else "nan")
+        return {True: "inf" if x > 0 else "-inf"}.get(math.isinf(x), "0" if x == 0 else "nan")
     exact = decimal.Decimal(x)  # the float's exact value
     exponent = exact.adjusted()
     quantum = decimal.Decimal(1).scaleb(exponent - digits + 1)
-    value = exact.quantize(quantum, rounding=decimal.ROUND_CEILING)
+    value = exact.quantize(quantum, rounding=rounding)
     if value.adjusted() != exponent:  # 9.9995 -> 10.00: one digit more; keep `digits` significant digits
         exponent = value.adjusted()
-        value = exact.quantize(decimal.Decimal(1).scaleb(exponent - digits + 1), rounding=decimal.ROUND_CEILING)
+        value = exact.quantize(decimal.Decimal(1).scaleb(exponent - digits + 1), rounding=rounding)
     decimals = digits - 1 - exponent
     if -4 <= exponent < 6:
         return f"{value:.{max(decimals, 0)}f}"
@@ -161,12 +171,7 @@ def _format_lower(x: Optional[float], digits: int = 4) -> str:
     """``x`` rounded down to ``digits`` significant digits (a printed lower bound never overstates)."""
     if x is None:
         return "n/a"
-    if x <= 0 or math.isinf(x):
-        return "0" if x <= 0 else "inf"
-    exponent = math.floor(math.log10(x))
-    decimals = digits - 1 - exponent
-    value = math.floor(x * 10.0**decimals) / 10.0**decimals
-    return f"{value:.{max(decimals, 0)}f}" if -4 <= exponent < 6 else f"{value:.{digits - 1}e}"
+    return "0" if x <= 0 else format_lower(x, digits)
 
 
 def _latex_number(x: float) -> str:

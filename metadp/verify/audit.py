@@ -25,7 +25,9 @@ Two stages on independent samples, after DP-Sniper (Bichsel et al., IEEE S&P 202
 No additive Hoeffding/DKW margins (exact binomial tails instead), no re-runs at the same level, and the
 events are fixed before the confirmation sample is drawn. As with every black-box tester (DP-Sniper,
 Delta-Siege, DP-Auditorium: Kong, Medina, Ribero & Syed, IEEE S&P 2024), a ``consistent`` verdict is
-only the absence of evidence at this sample size, for half-line events of the given statistic.
+only the absence of evidence at this sample size, for half-line events of the given statistic. Given
+the sample size a planner needs to see a stated violation (``n_required``, :mod:`metadp.verify.sizing`),
+an audit below it that finds nothing says ``INCONCLUSIVE`` instead.
 """
 
 from __future__ import annotations
@@ -36,37 +38,20 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Tuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from metadp._validation import check_count, check_real
 from metadp.mechanisms.base import DominatingPair
+from metadp.report import format_lower, format_upper
+from metadp.verify.binomial import cp_lower, cp_upper
 
-__all__ = ["AuditRow", "AuditResult", "audit", "audit_pair", "cp_lower", "cp_upper"]
+__all__ = ["AuditRow", "AuditResult", "audit", "audit_pair", "cp_lower", "cp_upper", "format_draws"]
 
 _DIRECTIONS = ("D||D'", "D'||D")  # (first, second) distribution of the hockey-stick divergence
 _ORIENTATIONS = (">", "<")  # event {x > t} or {x < t}
 _GRID = 2048  # candidate thresholds per spacing (uniform and geometric in rank from each end)
 _DIRECT_COUNT = 24  # up to this many events, count by comparisons; beyond, sort the chunk once
 _LEVEL_FLOOR = 1e-50  # p-value search floor: Boost's beta quantile stays accurate down to ~1e-60 at small k
-
-
-def cp_lower(k, n, level) -> np.ndarray:
-    """One-sided exact (Clopper-Pearson) lower bound: Pr[p >= bound] >= 1 - level for K ~ Bin(n, p).
-
-    The bound is the Beta(k, n - k + 1) quantile at ``level`` (0 when k = 0); Clopper & Pearson 1934.
-    """
-    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = stats.beta.ppf(level, k, n - k + 1.0)
-    return np.where(k <= 0, 0.0, out)
-
-
-def cp_upper(k, n, level) -> np.ndarray:
-    """One-sided exact upper bound: the Beta(k + 1, n - k) quantile at 1 - level (1 when k = n)."""
-    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = stats.beta.isf(level, k + 1.0, n - k)  # isf keeps tiny levels exact (1 - level rounds)
-    return np.where(k >= n, 1.0, out)
 
 
 @dataclass(frozen=True)
@@ -108,13 +93,14 @@ class AuditRow:
 class AuditResult:
     """Outcome of :func:`audit`: the verdict, the best test per eps (``rows``) and every test."""
 
-    verdict: str  # "consistent" or "VIOLATION"
+    verdict: str  # "VIOLATION", "INCONCLUSIVE" (none found, n below n_required) or "consistent"
     rows: Tuple[AuditRow, ...]  # best test (largest margin) per eps, in increasing eps
     tests: Tuple[AuditRow, ...]  # all m confirmed tests
     n: int  # confirmation draws per side
     n_explore: int  # exploration draws per side
     alpha: float  # family-wise error level of the verdict
     level: float  # per-bound level alpha / (2 m)
+    n_required: Optional[float] = None  # draws per side a planner needs for the power asked (inf: none do)
 
     @property
     def worst_margin(self) -> float:
@@ -142,23 +128,38 @@ class AuditResult:
 
     def to_dict(self) -> dict:
         """Plain-data form (JSON-serialisable)."""
+        need = self.n_required
         return {"verdict": self.verdict, "n": self.n, "n_explore": self.n_explore, "alpha": self.alpha,
                 "level": self.level, "worst_margin": self.worst_margin,
+                "n_required": None if need is None or not math.isfinite(need) else (
+                    int(need) if need < 2**63 else float(need)),
                 "rows": [asdict(r) for r in self.rows], "tests": [asdict(t) for t in self.tests]}
 
     def to_table(self) -> str:
-        """Text table, one line per eps; delta_L is a lower bound at family-wise level alpha."""
+        """Text table, one line per eps; delta_L is a lower bound at family-wise level alpha.
+
+        Lower bounds (delta_L, margin) are printed rounded down, the claim and p-values rounded up.
+        """
         head = (f"audit: {self.verdict} (alpha={self.alpha:g}, {len(self.tests)} tests, n={self.n:,} per side, "
                 f"explore={self.n_explore:,}); delta_L is a lower confidence bound")
+        if self.verdict == "INCONCLUSIVE":
+            need = "no number of" if not math.isfinite(self.n_required) else format_draws(self.n_required)
+            head += f"\n  no violation found, but n is below the {need} draws per side the planner needs"
         cols = (f"{'eps':>8} {'claimed':>11} {'delta_L':>11} {'estimate':>11} {'margin':>11} {'p-value':>9} "
                 f"{'event':>16} {'hits P/Q':>19}")
         lines = [head, cols]
         for r in self.rows:
             flag = "  VIOLATION" if r.margin > 0 else ""
             event = f"{r.direction} x{r.orientation}{r.threshold:.4g}"
-            lines.append(f"{r.epsilon:8.4g} {r.claimed:11.4e} {r.delta_lower:11.4e} {r.estimate:11.4e} "
-                         f"{r.margin:11.3e} {r.p_value:9.2e} {event:>16} {r.hits_p:>9d}/{r.hits_q:<9d}{flag}")
+            lines.append(f"{r.epsilon:8.4g} {format_upper(r.claimed):>11} {format_lower(r.delta_lower):>11} "
+                         f"{r.estimate:11.4g} {format_lower(r.margin, 3):>11} {format_upper(r.p_value, 3):>9} "
+                         f"{event:>16} {r.hits_p:>9d}/{r.hits_q:<9d}{flag}")
         return "\n".join(lines)
+
+
+def format_draws(n: float) -> str:
+    """A count of draws: 1,234,567, or 1.58e+261 (rounded up) from a billion on."""
+    return f"{int(n):,}" if n < 1e9 else format_upper(float(n), 3)
 
 
 def _as_profile(claim, name: str) -> Callable:
@@ -267,7 +268,8 @@ def _check_epsilons(epsilons) -> np.ndarray:
 def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilons, *,
           claimed_profile_reverse=None, n: int = 1_000_000, n_explore: Optional[int] = None,
           alpha: float = 0.01, tests_per_epsilon: int = 1, rng=None, chunk: int = 1 << 20,
-          progress: Optional[Callable[[int, int], None]] = None) -> AuditResult:
+          progress: Optional[Callable[[int, int], None]] = None,
+          n_required: Optional[float] = None) -> AuditResult:
     """Audit a claimed privacy profile on samples of M(D) and M(D') (module docstring for the method).
 
     Args:
@@ -286,9 +288,14 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
         rng: numpy Generator, an int seed or None (fresh entropy).
         chunk: confirmation draws per call of the samplers (bounds the memory), >= 1.
         progress: called as progress(done, n) after each confirmation chunk.
+        n_required: the draws per side a planner (:mod:`metadp.verify.planner`) needs to see the
+            violation it was asked about with the power asked for (``math.inf``: no n suffices).
+            Given, and n below it, an audit that finds nothing is ``INCONCLUSIVE``, not ``consistent``.
 
     Returns:
-        AuditResult with verdict "VIOLATION" iff some delta_L(eps) > claimed(eps).
+        AuditResult with verdict "VIOLATION" iff some delta_L(eps) > claimed(eps) (whatever the
+        power: its false-alarm guarantee does not depend on it); otherwise "INCONCLUSIVE" if
+        n < n_required, else "consistent".
 
     Raises:
         ValueError: on invalid arguments, a sampler returning a wrong shape or NaN, or a claim
@@ -302,6 +309,8 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
     if per_eps > 4:
         raise ValueError(f"tests_per_epsilon must be in [1, 4], got {tests_per_epsilon!r}")
     chunk = check_count("chunk", chunk, minimum=1)
+    if n_required is not None and not (isinstance(n_required, numbers.Real) and n_required >= 1):
+        raise ValueError(f"n_required must be None or a number >= 1 (inf allowed), got {n_required!r}")
     if not callable(sample_d) or not callable(sample_d_prime):
         raise ValueError("sample_d and sample_d_prime must be callables (n, rng) -> array of shape (n,)")
     if progress is not None and not callable(progress):
@@ -353,8 +362,11 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
                  int(hits_p[k]), int(hits_q[k]), float(p_lo[k]), float(q_up[k]), float(p_val[k]))
         for k in range(len(chosen)))
     rows = tuple(max((t for t in tests if t.epsilon == e), key=lambda t: t.margin) for e in eps)
-    verdict = "VIOLATION" if any(r.margin > 0.0 for r in rows) else "consistent"
-    return AuditResult(verdict, rows, tests, n, n_explore, alpha, level)
+    if any(r.margin > 0.0 for r in rows):
+        verdict = "VIOLATION"
+    else:
+        verdict = "INCONCLUSIVE" if n_required is not None and n < n_required else "consistent"
+    return AuditResult(verdict, rows, tests, n, n_explore, alpha, level, n_required)
 
 
 def audit_pair(pair: DominatingPair, claimed_profile, epsilons, **kwargs) -> AuditResult:

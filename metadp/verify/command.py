@@ -1,36 +1,54 @@
 """``metadp verify``: audit a claimed privacy profile against the mechanism's own samples, or cross-check
-the accountants on a plan (DESIGN.md sec. 6). A thin layer over ``audit``, ``pipelines``, ``planner``
-and ``crosscheck``; the CLI (``metadp.cli``) only parses arguments and calls ``run_verify``.
+the accountants on a plan (DESIGN.md sec. 6). A thin layer over ``audit``, ``sizing``, ``pipelines`` and
+``crosscheck``; the CLI (``metadp.cli``) only parses arguments and calls ``run_verify``, whose return
+value is the exit status:
 
-    metadp verify gaussian --noise 1 --epsilons 0.5,1,2 --plot verify.png
-    metadp verify gaussian --noise 0.8 --claim-noise 1 --epsilons 0.5,1,2        (a positive control)
-    metadp verify laplace --scale 1 --epsilons 0.5,1
-    metadp verify dp-pix --epsilon 1 --cell 4 --m 1 --samples 200000
-    metadp verify dp-pix --epsilon 1 --cell 4 --claim-epsilon 0.5 --samples 200000   (a positive control)
-    metadp verify poisson --rate 0.01 --noise 1 --steps 10 --epsilons 1,2
-    metadp verify plan examples/dp_maml_record_episodic.toml --samples 100000
-    metadp verify --crosscheck examples/dp_sgd_mnist.toml
+    0  consistent: no violation found, with at least the draws the planner needs for the power asked
+    1  VIOLATION: a lower confidence bound exceeds the claim (false alarm probability <= --alpha);
+       --crosscheck: the libraries disagree
+    2  bad input (one line on stderr, nothing sampled or written)
+    3  inconclusive: no violation found, but fewer draws than the planner needs (or none would do);
+       --crosscheck: nothing to compare with (neither dp-accounting nor prv-accountant ran)
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
-from typing import List, Optional
+from pathlib import Path
+from typing import List
 
 import numpy as np
 
+from metadp.report import format_lower
+
 __all__ = ["add_verify_parser", "run_verify"]
 
-_EXAMPLES = ("examples:\n  metadp verify gaussian --noise 1 --epsilons 0.5,1,2 --plot verify.png\n"
-             "  metadp verify gaussian --noise 0.8 --claim-noise 1 --epsilons 0.5,1,2\n"
+_EXIT = {"consistent": 0, "VIOLATION": 1, "INCONCLUSIVE": 3}
+_EXAMPLES = ("examples (each well under a minute on 2 cores):\n"
+             "  metadp verify gaussian --noise 1 --epsilons 0.5,1,2 --plot verify.png\n"
+             "  metadp verify gaussian --noise 0.8 --claim-noise 1 --epsilons 0.5,1,2        (VIOLATION)\n"
              "  metadp verify laplace --scale 1 --epsilons 0.5,1\n"
              "  metadp verify dp-pix --epsilon 1 --cell 4 --m 1 --samples 200000\n"
-             "  metadp verify dp-pix --epsilon 1 --cell 4 --claim-epsilon 0.5 --samples 200000\n"
-             "  metadp verify poisson --rate 0.01 --noise 1 --steps 10 --epsilons 1,2\n"
-             "  metadp verify plan examples/dp_fedmeta_one_pass_shuffle.toml --epsilons 2,4 --samples 100000\n"
-             "  metadp verify --crosscheck examples/dp_sgd_mnist.toml")
+             "  metadp verify dp-pix --epsilon 1 --cell 4 --claim-epsilon 0.5 --samples 200000   (VIOLATION)\n"
+             "  metadp verify poisson --rate 0.5 --noise 1 --steps 3 --epsilons 0.5,1\n"
+             "  metadp verify plan examples/dp_fedmeta_one_pass_shuffle.toml --samples 100000\n"
+             "  metadp verify --crosscheck examples/dp_sgd_mnist.toml\n\n"
+             "exit status: 0 consistent (no violation found, with at least the draws the planner needs for\n"
+             "  --power); 1 VIOLATION (or --crosscheck: the libraries disagree); 2 bad input; 3 inconclusive\n"
+             "  (no violation found with fewer draws than the planner needs, or --crosscheck: nothing was\n"
+             "  compared). An audit estimated to take over an hour is refused unless --force-long; one\n"
+             "  whose exploration sample (n/10 draws per side, at most 2^24) needs over half the memory,\n"
+             "  always.")
+
+# flags that describe one mechanism, and the mechanisms they apply to
+_MECHANISM_FLAGS = {"--noise": ("gaussian", "poisson"), "--claim-noise": ("gaussian", "poisson"),
+                    "--scale": ("laplace",), "--claim-scale": ("laplace",), "--epsilon": ("dp-pix",),
+                    "--claim-epsilon": ("dp-pix",), "--cell": ("dp-pix",), "--m": ("dp-pix",),
+                    "--partial-cell": ("dp-pix",), "--rate": ("poisson",), "--steps": ("poisson",)}
+_POSITIVE = ("--noise", "--claim-noise", "--scale", "--claim-scale", "--epsilon", "--claim-epsilon")
 
 
 def add_verify_parser(sub, number, formatter) -> None:
@@ -50,23 +68,32 @@ def add_verify_parser(sub, number, formatter) -> None:
     v.add_argument("--claim-epsilon", type=number("--claim-epsilon", float),
                    help="dp-pix: claimed epsilon (default: --epsilon)")
     v.add_argument("--cell", type=number("--cell", int), help="dp-pix: cell side b in pixels")
-    v.add_argument("--m", type=number("--m", int), default=1,
+    v.add_argument("--m", type=number("--m", int),
                    help="dp-pix: pixel values the neighbours differ in, all in one cell, <= b^2 (default 1)")
-    v.add_argument("--partial-cell", action="store_true",
+    v.add_argument("--partial-cell", action="store_true", default=None,
                    help="dp-pix: change pixels of the partial r x r corner cell (r = b // 2) of a (b + r)-pixel "
                         "square image instead of a full cell (checks the edge calibration; needs m <= r^2)")
-    v.add_argument("--rate", type=number("--rate", float), help="poisson: sampling rate (true and claimed)")
-    v.add_argument("--steps", type=number("--steps", int), default=1, help="poisson: composed steps (default 1)")
+    v.add_argument("--rate", type=number("--rate", float), help="poisson: sampling rate in (0, 1] (true and claimed)")
+    v.add_argument("--steps", type=number("--steps", int), help="poisson: composed steps (default 1)")
     v.add_argument("--epsilons", help="comma-separated epsilon grid (default 0.5,1,2; dp-pix: 0.25, 0.5, 0.75 and 1 "
                                       "times the claimed epsilon)")
     v.add_argument("--samples", type=number("--samples", int), default=1_000_000,
                    help="confirmation draws per side (default 1,000,000)")
-    v.add_argument("--alpha", type=number("--alpha", float), default=0.01, help="family-wise error level (default 0.01)")
+    v.add_argument("--alpha", type=number("--alpha", float), default=0.01,
+                   help="family-wise error level of a VIOLATION, in (0, 1) (default 0.01)")
+    v.add_argument("--power", type=number("--power", float), default=0.9,
+                   help="the probability of seeing the planned violation that a 'consistent' verdict needs, in "
+                        "(0, 1) (default 0.9); with fewer draws than that takes, finding nothing is inconclusive")
     v.add_argument("--violation", type=number("--violation", float),
-                   help="planner: the delta excess to detect at the middle epsilon (default: 10%% of the claim, "
-                        "at least 1e-4); gaussian plans for noise 20%% below the claim instead")
-    v.add_argument("--seed", type=number("--seed", int), default=0, help="random seed (default 0)")
-    v.add_argument("--plot", metavar="PATH", help="write the claimed-vs-empirical plot (.png or .svg)")
+                   help="planner: the delta excess to see, in (0, 1) (default: gaussian, laplace and dp-pix plan for "
+                        "the mechanism 20%% noisier than claimed; poisson and plan for 10%% of the claim, at least "
+                        "1e-4), at the tested epsilon where it is cheapest")
+    v.add_argument("--seed", type=number("--seed", int), default=0, help="random seed, >= 0 (default 0)")
+    v.add_argument("--plot", metavar="PATH", help="write the claimed-vs-empirical plot (.png or .svg) into an existing "
+                                                  "folder")
+    v.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
+    v.add_argument("--force-long", action="store_true",
+                   help="run an audit estimated to take over an hour (refused otherwise)")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.add_argument("--quiet", action="store_true", help="no plan line and no progress bar")
 
@@ -77,8 +104,72 @@ def _epsilons(text: str) -> List[float]:
     except ValueError:
         raise ValueError(f"--epsilons must be comma-separated numbers, got {text!r}") from None
     if not values:
-        raise ValueError("--epsilons must list at least one epsilon")
+        raise ValueError(f"--epsilons must list at least one epsilon, got {text!r}")
+    for value in values:
+        if not (math.isfinite(value) and 0.0 <= value <= 700.0):
+            raise ValueError(f"--epsilons must be numbers in [0, 700], got {value:g} in {text!r}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"--epsilons must be distinct, got {text!r}")
     return values
+
+
+def _check_input(args) -> None:
+    """Every check that needs no sampling, before anything runs (ValueError naming the flag)."""
+    if args.file and args.mechanism != "plan":
+        raise ValueError(f"a file argument goes with 'metadp verify plan FILE', not with {args.mechanism or '--crosscheck'}")
+    if args.crosscheck and args.mechanism:
+        raise ValueError("give either a mechanism to audit or --crosscheck PLAN, not both")
+    if not args.crosscheck and not args.mechanism:
+        raise ValueError("metadp verify needs a mechanism (gaussian, laplace, dp-pix, poisson, plan FILE) or "
+                         "--crosscheck PLAN")
+    what = args.mechanism or "--crosscheck"
+    for flag, mechanisms in _MECHANISM_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_")) is not None and args.mechanism not in mechanisms:
+            raise ValueError(f"{flag} applies to metadp verify {' and '.join(mechanisms)}, not to {what}")
+    if args.crosscheck:
+        if not Path(args.crosscheck).is_file():
+            raise ValueError(f"--crosscheck {args.crosscheck!r}: no such plan file")
+        return
+    if args.mechanism == "plan":
+        if not args.file:
+            raise ValueError("metadp verify plan needs a plan file: metadp verify plan FILE")
+        if not Path(args.file).is_file():
+            raise ValueError(f"metadp verify plan FILE: {args.file!r} is not a file")
+    for flag in _POSITIVE:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
+    checks = (("--rate", args.rate, lambda x: 0 < x <= 1, "in (0, 1]"),
+              ("--steps", args.steps, lambda x: x >= 1, ">= 1"),
+              ("--cell", args.cell, lambda x: x >= 1, ">= 1"),
+              ("--m", args.m, lambda x: x >= 1, ">= 1"),
+              ("--samples", args.samples, lambda x: x >= 1, ">= 1"),
+              ("--alpha", args.alpha, lambda x: 0 < x < 1, "in (0, 1)"),
+              ("--power", args.power, lambda x: 0 < x < 1, "in (0, 1)"),
+              ("--violation", args.violation, lambda x: 0 < x < 1, "in (0, 1)"),
+              ("--seed", args.seed, lambda x: x >= 0, ">= 0"))
+    for flag, value, ok, allowed in checks:
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            raise ValueError(f"{flag} must be {allowed}, got {value:g}")
+    if args.epsilons is not None:
+        _epsilons(args.epsilons)
+    _check_plot(args)
+
+
+def _check_plot(args) -> None:
+    if args.plot is None:
+        if args.overwrite:
+            raise ValueError("--overwrite applies only with --plot PATH")
+        return
+    path = Path(args.plot)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"--plot must name a .png or .svg file, got {args.plot!r}")
+    if not path.parent.is_dir():
+        raise ValueError(f"--plot {args.plot!r}: the folder {str(path.parent)!r} does not exist")
+    if path.is_dir() or (path.exists() and not args.overwrite):
+        raise ValueError(f"--plot {args.plot!r} already exists; pass --overwrite to replace it")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ValueError('--plot needs matplotlib: pip install "metadp[plot]"')
 
 
 def _default_epsilons(args) -> List[float]:
@@ -96,7 +187,11 @@ def _require(args, *flags):
 
 
 def _claim_and_samplers(args):
-    """(sample_d, sample_d_prime, claimed profile, description, planning note) for the mechanism."""
+    """(sample_d, sample_d_prime, claimed profile, description, alternative) for the mechanism.
+
+    ``alternative`` is what the planner sizes the audit for, (words, true pair): the mechanism 20%
+    noisier than claimed, for single mechanisms; None for pipelines (a delta excess, ``--violation``).
+    """
     from metadp.mechanisms.gaussian import gaussian_pair
     from metadp.mechanisms.laplace import LaplacePair
 
@@ -111,7 +206,7 @@ def _claim_and_samplers(args):
         what = "noise" if gaussian else "scale"
         return (lambda k, rng: true.sample(k, rng, "P"), lambda k, rng: true.sample(k, rng, "Q"), claim.profile,
                 f"{args.mechanism.capitalize()} mechanism, {what} {true_value:g}, claimed {claimed:g} (sensitivity 1, "
-                "one release)", claimed if gaussian else None)
+                "one release)", (f"{what} 20% below the claim", make(0.8 * claimed)))
     if args.mechanism == "plan":
         return _plan_pipeline(args)
     if args.mechanism == "dp-pix":
@@ -122,8 +217,9 @@ def _claim_and_samplers(args):
 
     _require(args, "--noise", "--rate")
     claim_z = args.claim_noise if args.claim_noise is not None else args.noise
-    pipeline = poisson_pipeline(args.rate, args.noise, args.steps)
-    accountant = PldAccountant().compose(PoissonSampled(args.rate, Gaussian(claim_z)), args.steps)
+    steps = 1 if args.steps is None else args.steps
+    pipeline = poisson_pipeline(args.rate, args.noise, steps)
+    accountant = PldAccountant().compose(PoissonSampled(args.rate, Gaussian(claim_z)), steps)
 
     def profile(eps):
         return np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
@@ -142,15 +238,11 @@ def _dp_pix_pipeline(args):
     """
     from metadp.accounting.pld import PldAccountant
     from metadp.mechanisms.image import dp_pix, dp_pix_event
+    from metadp.mechanisms.laplace import LaplacePair
 
     _require(args, "--epsilon", "--cell")
-    eps, b, m = args.epsilon, args.cell, args.m
+    eps, b, m = args.epsilon, args.cell, 1 if args.m is None else args.m
     claim = eps if args.claim_epsilon is None else args.claim_epsilon
-    for flag, value in (("--epsilon", eps), ("--claim-epsilon", claim)):
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
-    if b < 1:
-        raise ValueError(f"--cell must be >= 1, got {b}")
     if args.partial_cell:
         if b < 2:
             raise ValueError("--partial-cell needs --cell >= 2 (a 1-pixel grid has no partial cells)")
@@ -183,7 +275,8 @@ def _dp_pix_pipeline(args):
     where = f"the {side}x{side} partial corner cell" if args.partial_cell else f"one {b}x{b} cell"
     return (sampler(image), sampler(neighbour), profile,
             f"DP-Pix, epsilon {eps:g}, cell {b}, m {m}: the released value of {where} of a {size}x{size} image, "
-            f"{m} pixel value(s) 0 -> 1; claimed: metadp's PLD bound for dp_pix_event({claim:g})", None)
+            f"{m} pixel value(s) 0 -> 1; claimed: metadp's PLD bound for dp_pix_event({claim:g})",
+            ("epsilon 25% above the claim (Laplace scale 20% below)", LaplacePair(0.8 / claim)))
 
 
 def _plan_pipeline(args):
@@ -194,8 +287,6 @@ def _plan_pipeline(args):
     from metadp.plan import load_plan
     from metadp.verify import pipelines as pl
 
-    if not args.file:
-        raise ValueError("metadp verify plan needs a plan file")
     plan = load_plan(args.file)
     view = plan.units()[0]
     step, s = view.events[0], plan.sampling
@@ -242,38 +333,26 @@ def _progress(total: int, quiet: bool):
     return update, bar
 
 
-def _plan_line(args, epsilons, profile, claim_z) -> str:
-    """The planner's sample size for this audit, printed before sampling starts."""
-    from metadp.verify.planner import gaussian_audit_plan, samples_needed
-
-    middle = sorted(epsilons)[len(epsilons) // 2]
-    tests = len(epsilons)
-    how = f"power 0.9, alpha {args.alpha:g}, {tests} tests, best event known; exploration adds n/10"
-    if claim_z is not None and args.violation is None:
-        need = gaussian_audit_plan(0.8 * claim_z, claim_z, middle, alpha=args.alpha, tests=tests)
-        return f"planner: {need:,} draws per side detect noise 20% below the claim at eps={middle:g} ({how}); " \
-               f"running {args.samples:,}"
-    claimed = float(np.asarray(profile(np.array([middle])))[0])
-    excess = args.violation if args.violation is not None else max(0.1 * claimed, 1e-4)
-    if claimed + excess >= 1.0:
-        return "planner: the claim leaves no room for a violation of that size at the middle epsilon"
-    need = samples_needed(profile, middle, excess, alpha=args.alpha, tests=tests)
-    return (f"planner: {need:,} draws per side detect a true delta {excess:.3g} above the claim ({claimed:.3g}) at "
-            f"eps={middle:g}, whatever event attains it ({how}); running {args.samples:,}")
-
-
-def _audit_command(args) -> None:
+def _audit_command(args) -> int:
     from metadp.verify.audit import audit
+    from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
     epsilons = _default_epsilons(args) if args.epsilons is None else _epsilons(args.epsilons)
-    sample_d, sample_dp, profile, description, claim_z = _claim_and_samplers(args)
+    sample_d, sample_dp, profile, description, alternative = _claim_and_samplers(args)
+    profile = cached_profile(profile)  # a PLD claim takes up to seconds an epsilon: evaluated once each
+    plan = plan_audit(profile, epsilons, alternative, samples=args.samples, alpha=args.alpha, power=args.power,
+                      violation=args.violation)
+    seconds = check_resources(sample_d, sample_dp, args.samples, seed=args.seed, force_long=args.force_long)
     if not args.quiet and not args.json:
         print(f"auditing: {description}")
-        print(_plan_line(args, epsilons, profile, claim_z))
+        print(f"{plan.line()}; running {args.samples:,} (about {_duration(seconds)} here)")
+    if seconds > 600 and not args.json:
+        print(f"metadp: note: this audit will take about {_duration(seconds)}", file=sys.stderr)
     update, bar = _progress(args.samples, args.quiet or args.json)
     try:
-        result = audit(sample_d, sample_dp, profile, epsilons, n=args.samples, alpha=args.alpha,
-                       rng=np.random.default_rng(args.seed), progress=update)
+        result = audit(sample_d, sample_dp, profile, epsilons, n=args.samples, n_explore=explore_draws(args.samples),
+                       alpha=args.alpha, rng=np.random.default_rng(args.seed), progress=update,
+                       n_required=plan.n_required)
     finally:
         if bar is not None:
             bar.close()
@@ -283,31 +362,38 @@ def _audit_command(args) -> None:
         plot_audit(result, args.plot, claimed_profile=profile if args.mechanism != "poisson" else None)
     if args.json:
         out = result.to_dict()
-        out["mechanism"], out["description"] = args.mechanism, description
+        out.update(mechanism=args.mechanism, description=description, planner=plan.to_dict(),
+                   estimated_seconds=seconds)
         print(json.dumps(out, indent=2, default=float))
-        return
+        return _EXIT[result.verdict]
     print(result.to_table())
+    delta = float(profile(np.array([max(epsilons)]))[0])
     print(f"implied lower bound on epsilon at delta = claimed delta at eps={max(epsilons):g}: "
-          f"{result.epsilon_lower(float(profile(np.array([max(epsilons)]))[0])):.4g} (confidence {1 - args.alpha:g})")
+          f"{format_lower(result.epsilon_lower(delta))} (confidence {1 - args.alpha:g}, rounded down)")
+    print(plan.verdict_line(result))
     if args.plot:
         print(f"plot written to {args.plot}")
+    return _EXIT[result.verdict]
 
 
-def run_verify(args) -> None:
-    """Runs ``metadp verify`` for parsed ``args`` (ValueError on bad input: the CLI prints one line)."""
-    if args.file and args.mechanism != "plan":
-        raise ValueError(f"a file argument goes with 'metadp verify plan FILE', not with {args.mechanism or '--crosscheck'}")
-    if args.crosscheck and args.mechanism:
-        raise ValueError("give either a mechanism to audit or --crosscheck PLAN, not both")
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(seconds, 1.0):.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def run_verify(args) -> int:
+    """Runs ``metadp verify`` for parsed ``args`` and returns the exit status (module docstring).
+
+    Raises:
+        ValueError: on bad input (the CLI prints it as one line and exits 2), before anything is
+            sampled or written.
+    """
+    _check_input(args)
     if args.crosscheck:
         from metadp.verify.crosscheck import crosscheck_plan
 
         table = crosscheck_plan(args.crosscheck)
         print(json.dumps(table.to_dict(), indent=2) if args.json else table.to_table())
-        return
-    if not args.mechanism:
-        raise ValueError("metadp verify needs a mechanism (gaussian, laplace, dp-pix, poisson, plan FILE) or "
-                         "--crosscheck PLAN")
-    if not math.isfinite(args.samples) or args.samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {args.samples}")
-    _audit_command(args)
+        return {"all agree": 0, "DISAGREEMENT": 1}.get(table.verdict, 3)
+    return _audit_command(args)

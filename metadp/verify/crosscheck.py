@@ -13,18 +13,22 @@ plans) and prints each epsilon with the tolerance it is held to and whether it a
 * every upper bound at least every certified lower bound.
 
 dp-accounting and prv-accountant are optional (``pip install "metadp[crosscheck]"``); a library that
-is missing is listed as such, never silently dropped.
+is missing is listed as such, never silently dropped, and the verdict names the libraries compared:
+``all agree`` needs at least one of them to have run (``nothing compared`` otherwise). Lower bounds
+are printed rounded down and upper bounds rounded up.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import List, Optional, Tuple
 
 from metadp.accounting import events as ev
+from metadp.report import format_lower, format_upper
 
 __all__ = ["CrossCheckRow", "CrossCheckTable", "crosscheck_plan"]
+
+_LIBRARIES = ("dp-accounting", "prv-accountant")  # the rows' sources start with these names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,16 +51,37 @@ class CrossCheckTable:
     def agree(self) -> bool:
         return all(r.ok is not False for r in self.rows)
 
+    @property
+    def compared(self) -> Tuple[str, ...]:
+        """The other libraries that produced a number (metadp was compared with these)."""
+        return tuple(lib for lib in _LIBRARIES if any(r.source.startswith(lib) and r.epsilon is not None
+                                                      for r in self.rows))
+
+    @property
+    def not_compared(self) -> Tuple[str, ...]:
+        return tuple(lib for lib in _LIBRARIES if lib not in self.compared)
+
+    @property
+    def verdict(self) -> str:
+        """"DISAGREEMENT", "nothing compared" (no other library ran) or "all agree"."""
+        if not self.agree:
+            return "DISAGREEMENT"
+        return "all agree" if self.compared else "nothing compared"
+
     def to_dict(self) -> dict:
-        return {"plan": self.plan, "delta": self.delta, "agree": self.agree,
+        return {"plan": self.plan, "delta": self.delta, "verdict": self.verdict, "agree": self.agree,
+                "compared": list(self.compared), "not_compared": list(self.not_compared),
                 "rows": [dataclasses.asdict(r) for r in self.rows]}
 
     def to_table(self) -> str:
-        lines = [f"cross-check: {self.plan} (delta {self.delta:g}): {'all agree' if self.agree else 'DISAGREEMENT'}",
+        which = f"compared with {', '.join(self.compared)}" if self.compared else "no other library ran"
+        if self.not_compared:
+            which += f"; not compared: {', '.join(self.not_compared)} (see the notes)"
+        lines = [f"cross-check: {self.plan} (delta {self.delta:g}): {self.verdict} ({which})",
                  f"  {'source':34s} {'epsilon':>10s} {'lower':>10s}  {'check':48s} result"]
         for r in self.rows:
-            eps = "n/a" if r.epsilon is None else f"{r.epsilon:.6g}"
-            low = "" if r.lower is None else f"{r.lower:.6g}"
+            eps = "n/a" if r.epsilon is None else format_upper(r.epsilon, 6)
+            low = "" if r.lower is None else format_lower(r.lower, 6)
             verdict = {None: "-", True: "ok", False: "DISAGREE"}[r.ok]
             lines.append(f"  {r.source:34s} {eps:>10s} {low:>10s}  {r.check:48s} {verdict}"
                          + (f"  ({r.note})" if r.note else ""))
@@ -130,15 +155,15 @@ def crosscheck_plan(path) -> CrossCheckTable:
     d_rdp, d_pld, d_note = _dp_accounting(plan, step)
     p_low, p_up, p_note = _prv(plan, step)
     rows.insert(0, CrossCheckRow("metadp RDP", m_rdp, None, "in [0.99, 1] x dp-accounting RDP",
-                                 None if d_rdp is None else 0.99 * d_rdp <= m_rdp <= d_rdp * (1 + 1e-9)))
+                                 None if d_rdp is None else bool(0.99 * d_rdp <= m_rdp <= d_rdp * (1 + 1e-9))))
     if m_pld is not None:
-        checks: List[bool] = [m_pld[0] <= m_rdp * (1 + 1e-9)]
+        checks: List[bool] = [bool(m_pld[0] <= m_rdp * (1 + 1e-9))]
         text = "lower <= every upper bound"
         if d_pld is not None:
-            checks.append(m_pld[1] <= d_pld * 1.005 and m_pld[0] <= d_pld * (1 + 1e-9))
+            checks.append(bool(m_pld[1] <= d_pld * 1.005 and m_pld[0] <= d_pld * (1 + 1e-9)))
             text = "upper <= 1.005 x dp-acc PLD; lower <= all uppers"
         if p_low is not None:
-            checks.append(m_pld[1] >= p_low and m_pld[0] <= p_up)
+            checks.append(bool(m_pld[1] >= p_low and m_pld[0] <= p_up))
             text += "; overlaps prv"
         rows.insert(1, CrossCheckRow("metadp PLD (certified interval)", m_pld[1], m_pld[0], text, all(checks)))
     rows.append(CrossCheckRow("dp-accounting RDP", d_rdp, None, "reference", None, d_note))

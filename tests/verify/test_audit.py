@@ -295,3 +295,16 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     with pytest.raises(ImportError, match=r'pip install "metadp\[plot\]"'):
         plot_audit(r, tmp_path / "audit.png")
+
+
+@pytest.mark.parametrize("k, n", [(1000, 10**9), (1000, 10**10), (20, 10**9)])
+def test_clopper_pearson_bounds_solve_their_binomial_tails_at_large_n(k, n):
+    # scipy 1.17's beta quantile gave cp_lower(1000, 1e9, 0.0025) = 1.9e-6, above the estimate k / n
+    # = 1e-6 (an overstated lower bound); each bound must solve its tail equation (mpmath, 30 digits)
+    level = 0.0025
+    lower, upper = float(cp_lower(k, n, level)), float(cp_upper(k, n, level))
+    assert lower < k / n < upper
+    with mp.workdps(30):
+        tail_lower = mp.betainc(k, n - k + 1, 0, lower, regularized=True)  # Pr[Bin(n, lower) >= k]
+        tail_upper = mp.betainc(k + 1, n - k, upper, 1, regularized=True)  # Pr[Bin(n, upper) <= k]
+    assert abs(tail_lower / level - 1) < 1e-6 and abs(tail_upper / level - 1) < 1e-6
