@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Optional
 
 __all__ = [
     "check_real",
@@ -49,20 +50,30 @@ def check_delta(name: str, value) -> float:
     return check_real(name, value, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def check_count(name: str, value, *, minimum: int = 0) -> int:
-    """A whole number >= minimum (steps, batch sizes); integral floats such as 250.0 are accepted."""
+def check_count(name: str, value, *, minimum: int = 0, maximum: Optional[int] = None) -> int:
+    """A whole number >= minimum (steps, batch sizes), and <= maximum if given; integral floats such as
+    250.0 are accepted."""
+    allowed = f">= {minimum}" if maximum is None else f">= {minimum} and <= {maximum}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
     if isinstance(value, numbers.Integral):
         n = int(value)
     else:
         x = float(value)
         if not math.isfinite(x) or x != math.floor(x):
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+            raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
         n = int(x)
-    if n < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if n < minimum or (maximum is not None and n > maximum):
+        raise ValueError(f"{name} must be an integer {allowed}, got {_short(value)}")
     return n
+
+
+def _short(value) -> str:
+    """repr(value), with a whole number of more than 16 digits in scientific notation (1e+400 fits)."""
+    digits = str(abs(value)) if isinstance(value, numbers.Integral) else ""
+    if len(digits) <= 16:
+        return repr(value)
+    return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
 def check_order(name: str, value) -> float:

@@ -119,12 +119,20 @@ def _plan_options(p: argparse.ArgumentParser, noise_required: bool, calibrate: b
 
 
 def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    formats = p.add_mutually_exclusive_group()  # one output format: "--json --latex" is refused
+    formats.add_argument("--json", action="store_true", help="print the report as JSON")
     if latex:
-        p.add_argument("--latex", action="store_true", help="print the report as a LaTeX table row")
+        formats.add_argument("--latex", action="store_true", help="print the report as a LaTeX table row")
     if p.prog.endswith("plan"):
         p.add_argument("--accountant", choices=("rdp", "pld", "all"), default=None,
                        help="override the plan's accountant (pld: tight, with a lower bound; all: every one)")
+
+
+def _check_sampling_flags(args) -> None:
+    """Refuses flags that would contradict each other (never drop one silently)."""
+    if args.sampling == "poisson" and args.rate is not None and args.batch is not None:
+        raise ValueError(f"--rate {args.rate:g} and --batch {args.batch} both set the poisson sampling rate "
+                         "(rate = batch / population): give one of them")
 
 
 def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optional[float] = None) -> dict:
@@ -132,7 +140,7 @@ def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optiona
     rate = args.rate if rate is None else rate
     if rate is not None:
         sampling["rate"] = rate
-    if args.batch is not None and not (args.sampling == "poisson" and rate is not None):
+    if args.batch is not None:
         sampling["batch_size"] = args.batch
     if args.population is not None:
         sampling["population"] = args.population
@@ -155,9 +163,17 @@ def _emit(report, args) -> None:
 def _cmd_plan(args) -> None:
     from metadp.plan import default_plan, load_plan, plan_epsilon
 
-    plan = load_plan(args.file) if args.file else default_plan()
-    if args.plot and Path(args.plot).exists() and not args.overwrite:  # before the accounting, not after
-        raise ValueError(f"{args.plot} already exists: pass --overwrite to replace it")
+    if args.overwrite and not args.plot:
+        raise ValueError("--overwrite applies only with --plot FILE")
+    if args.plot:  # before the accounting and the printed report, not after
+        from metadp.plan_plot import _check_path, _matplotlib
+
+        try:
+            _check_path(args.plot, args.overwrite)
+        except ValueError as err:
+            raise ValueError(f"--plot: {err}") from None
+        _matplotlib()
+    plan = load_plan(Path(args.file)) if args.file else default_plan()  # always a path, even with '='
     report = plan_epsilon(plan, accountant=args.accountant)
     _emit(report, args)
     if args.plot:
@@ -177,9 +193,14 @@ def _cmd_cite(args) -> None:
     if args.force and not args.out:
         raise ValueError("--force applies only with --out FILE")
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not args.force:  # checked before the (slow) accounting
-        raise ValueError(f"--out {args.out!r} already exists; pass --force to overwrite it")
-    plan = load_plan(args.file) if args.file else default_plan()
+    if out is not None:  # checked before the (slow) accounting
+        if out.is_dir():
+            raise ValueError(f"--out {args.out!r} cannot be written: it is a folder (give a file name)")
+        if out.exists() and not args.force:
+            raise ValueError(f"--out {args.out!r} already exists; pass --force to overwrite it")
+        if not out.parent.is_dir():
+            raise ValueError(f"--out {args.out!r} cannot be written: the folder {str(out.parent)!r} does not exist")
+    plan = load_plan(Path(args.file)) if args.file else default_plan()  # always a path, even with '='
     text = cite(plan_epsilon(plan, accountant=args.accountant)).render(args.format)
     if out is None:
         print(text, end="")
@@ -198,6 +219,7 @@ def _cmd_cite(args) -> None:
 def _cmd_epsilon(args) -> None:
     from metadp.plan import Plan, plan_epsilon
 
+    _check_sampling_flags(args)
     plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps))
     _emit(plan_epsilon(plan, accountant=args.accountant), args)
 
@@ -206,6 +228,13 @@ def _cmd_calibrate(args) -> None:
     from metadp.accounting import calibration
     from metadp.plan import Plan, plan_epsilon
 
+    _check_sampling_flags(args)
+    solved = {"noise": [("--noise", args.noise)], "steps": [("--steps", args.steps)],
+              "rate": [("--rate", args.rate), ("--batch", args.batch)]}[args.solve]
+    for flag, given in solved:
+        if given is not None:
+            raise ValueError(f"{flag} is what --solve {args.solve} computes: leave {flag} out (or solve for "
+                             "something else)")
     if args.solve == "noise":
         if args.steps is None:
             raise ValueError("--steps is required to solve for the noise")
@@ -220,7 +249,7 @@ def _cmd_calibrate(args) -> None:
         template = Plan.from_dict(_plan_dict(args, args.noise, 1))
         value = calibration.max_steps(template.step_event(), args.target_epsilon, template.delta,
                                       relation=template.relation, accountant=template.accountant)
-        if value == 0:
+        if value == 0:  # a true answer of the library (no step fits), not a usable plan
             raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable: one step already exceeds it")
         plan = Plan.from_dict(_plan_dict(args, args.noise, value))
     else:
@@ -232,10 +261,10 @@ def _cmd_calibrate(args) -> None:
         value = calibration.max_rate(
             lambda q: Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=q)).event(),
             args.target_epsilon, template.delta, relation=template.relation, accountant=template.accountant)
-        if value == 0.0:
-            raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable at any rate >= 1e-12")
         plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=value))
-    report = plan_epsilon(plan)
+    # The library verified `value` with a bound that refines without a time limit; the report uses the
+    # same bound, so the printed epsilon meets the target however slow or loaded the machine is.
+    report = plan_epsilon(plan, max_seconds=math.inf)
     if args.json:
         print(json.dumps({"solved": args.solve, "value": value, "target_epsilon": args.target_epsilon,
                           "report": report.to_dict()}, indent=2))
@@ -244,6 +273,8 @@ def _cmd_calibrate(args) -> None:
                      "rate": "largest sampling rate"}[args.solve]
         print(f"{direction} meeting epsilon <= {args.target_epsilon:g} at delta = {report.delta:g}: {value:.6g}")
         print(report.headline())
+        for warning in report.warnings:
+            print(f"  ! {warning}")
 
 
 def _cmd_verify(args) -> int:

@@ -26,7 +26,7 @@ from metadp.report import Report, build_report
 from metadp.units import parse_hierarchy, unit_views
 from metadp.amplification.multistage import Hierarchy
 
-__all__ = ["Plan", "SamplingSpec", "NoiseSpec", "load_plan", "default_plan", "plan_epsilon", "UNITS"]
+__all__ = ["Plan", "SamplingSpec", "NoiseSpec", "load_plan", "loads_plan", "default_plan", "plan_epsilon", "UNITS"]
 
 UNITS = ("record", "task", "group")
 SCHEMES = ("poisson", "fixed", "none", "episodic", "shuffle")
@@ -91,7 +91,7 @@ class SamplingSpec:
                                  "sampling.episodes and the [[hierarchy]] levels")
             if "episodes" not in d:
                 raise ValueError("sampling.episodes (episodes drawn per step) is required for sampling.scheme = 'episodic'")
-            return cls(scheme, episodes=check_count("sampling.episodes", d["episodes"], minimum=1))
+            return cls(scheme, episodes=check_count("sampling.episodes", d["episodes"], minimum=1, maximum=ev.MAX_COUNT))
         if "episodes" in d:
             raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
         population = d.get("population")
@@ -247,9 +247,9 @@ class Plan:
             except UnsupportedEventError as err:
                 errors.append(f"{name}: {err}")
         if len(errors) == len(names):
-            raise ValueError(f"noise.mechanism = '{self.noise.mechanism}' with sampling.scheme = "
-                             f"'{self.sampling.scheme}' is not supported by the {self.accountant} accountant(s) "
-                             f"({'; '.join(errors)})")
+            raise ValueError(f"this plan (noise.mechanism = '{self.noise.mechanism}', sampling.scheme = "
+                             f"'{self.sampling.scheme}') is not supported by the {self.accountant} accountant(s): "
+                             f"{'; '.join(errors)}")
 
     def step_event(self) -> ev.Event:
         """The event of one training step for one task/record (as sampled; no group or episodic view)."""
@@ -273,7 +273,7 @@ def _group_size(d: Mapping, unit: str) -> Optional[int]:
     if unit == "group":
         if "group_size" not in d:
             raise ValueError("group_size is required for unit = 'group' (the number of units protected together)")
-        return check_count("group_size", d["group_size"], minimum=2)
+        return check_count("group_size", d["group_size"], minimum=2, maximum=ev.MAX_COUNT)
     if "group_size" in d:
         raise ValueError("group_size applies only to unit = 'group'")
     return None
@@ -303,29 +303,57 @@ def _steps(d: Mapping, sampling: SamplingSpec) -> int:
     if "epochs" in d and sampling.scheme == "episodic":
         raise ValueError("epochs does not apply to sampling.scheme = 'episodic' (episodes are drawn afresh): give steps")
     if "steps" in d:
-        return check_count("steps", d["steps"])
+        return check_count("steps", d["steps"], maximum=ev.MAX_COUNT)
     if "epochs" in d:
         epochs = check_positive("epochs", d["epochs"])
         if sampling.scheme == "none":
-            return check_count("epochs", epochs)
+            return check_count("epochs", epochs, maximum=ev.MAX_COUNT)
         expected = sampling.batch_size if sampling.batch_size is not None else (
             sampling.rate * sampling.population if sampling.population else None)
         if not expected or not sampling.population:
             raise ValueError("epochs needs sampling.population and sampling.batch_size (or rate) to count steps")
-        return int(math.ceil(epochs * sampling.population / expected - 1e-9))
+        steps = epochs * sampling.population / expected
+        if not steps <= ev.MAX_COUNT:
+            raise ValueError(f"epochs = {epochs:g} gives {steps:.4g} steps; at most {ev.MAX_COUNT} steps are allowed "
+                             "(fewer epochs or a larger batch)")
+        return int(math.ceil(steps - 1e-9))
     raise ValueError("steps (or epochs) is required")
 
 
 def load_plan(source: Union[str, Path]) -> Plan:
-    """Loads a plan from a TOML file path, or from TOML text if ``source`` contains a newline or '='."""
-    if isinstance(source, Path) or ("\n" not in str(source) and "=" not in str(source)):
-        path = Path(source)
-        if not path.is_file():
-            raise ValueError(f"plan file {str(path)!r} does not exist or is not a file")
+    """Loads a plan from a TOML file.
+
+    Args:
+        source: the file's path (a ``Path`` or a string). For backward compatibility, a string that
+            contains a newline is read as TOML text (no file name has one); prefer ``loads_plan`` for
+            text. Any other string is a path, even one containing '=' (``metadp plan "a=b.toml"``).
+
+    Raises:
+        ValueError: naming the file, if it is missing, not a file, unreadable or not UTF-8 text, and
+            as ``loads_plan`` for its content.
+    """
+    if isinstance(source, str) and "\n" in source:
+        return loads_plan(source)
+    if not isinstance(source, (str, Path)):
+        raise ValueError(f"plan file must be a path (str or pathlib.Path), got {type(source).__name__}")
+    path = Path(source)
+    if not path.exists():
+        raise ValueError(f"plan file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ValueError(f"plan file {str(path)!r} is not a file (a TOML plan file is expected)")
+    try:
         text = path.read_text(encoding="utf-8")
-        origin = str(path)
-    else:
-        text, origin = str(source), "<text>"
+    except UnicodeDecodeError:
+        raise ValueError(f"plan file {str(path)!r} is not UTF-8 text (a TOML plan file is expected)") from None
+    except OSError as err:
+        raise ValueError(f"plan file {str(path)!r} cannot be read: {err.strerror or err}") from None
+    return loads_plan(text, origin=str(path))
+
+
+def loads_plan(text: str, *, origin: str = "<text>") -> Plan:
+    """Parses a plan from TOML text (``origin`` names it in error messages)."""
+    if not isinstance(text, str):
+        raise ValueError(f"plan text must be a str, got {type(text).__name__}")
     if not text.strip():
         raise ValueError(f"plan {origin} is empty")
     try:
@@ -338,16 +366,19 @@ def load_plan(source: Union[str, Path]) -> Plan:
 def default_plan() -> Plan:
     """Task-level DP-MAML on Omniglot (dp-maml.txt Sec. 6): 400,000 tasks, lot 1,600, z = 1, 250 steps."""
     text = resources.files("metadp").joinpath("data/default_plan.toml").read_text(encoding="utf-8")
-    return load_plan(text)
+    return loads_plan(text, origin="<built-in default plan>")
 
 
-def plan_epsilon(plan: Plan, accountant: Optional[str] = None) -> Report:
+def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: Optional[float] = None) -> Report:
     """Certified (epsilon, delta) of ``plan`` with its assumptions, citations and warnings.
 
     Args:
         plan: the plan.
         accountant: ``"rdp"``, ``"pld"`` or ``"all"`` (every accountant that handles the plan; the
             report's epsilon is the tightest upper bound and lists the others); default: the plan's.
+        max_seconds: the PLD accountant's refinement time budget (``PldAccountant.max_seconds``);
+            None: its default. ``math.inf`` refines to the tolerance or the point budget only, so the
+            number does not depend on the machine's speed (``metadp calibrate`` reports with it).
     """
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a metadp Plan, got {type(plan).__name__}")
@@ -357,12 +388,13 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None) -> Report:
         raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS) + ('all',)}, got {name!r}")
     views = unit_views(plan)
     primary, others = views[0], views[1:]
-    results = _certify(primary, plan.delta, names, strict=name != "all")
+    options = {} if max_seconds is None else {"max_seconds": max_seconds}
+    results = _certify(primary, plan.delta, names, strict=name != "all", options=options)
     best = min(results, key=lambda r: r[1])
     acc, epsilon, order, lower, notes = best
     other_units = []
     for view in others:
-        found = _certify(view, plan.delta, names, strict=False)
+        found = _certify(view, plan.delta, names, strict=False, options=options)
         if found:
             a, e, _, lo, n = min(found, key=lambda r: r[1])
             other_units.append({"unit": view.unit, "relation": view.relation, "epsilon": e, "epsilon_lower": lo,
@@ -372,7 +404,7 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None) -> Report:
                         view=primary, other_units=other_units)
 
 
-def _certify(view, delta: float, names, strict: bool):
+def _certify(view, delta: float, names, strict: bool, options=None):
     """[(accountant, epsilon, order, lower, notes)] for every accountant that handles the view; with
     several alternative events (the worst record of a hierarchy), each bound is the largest of them."""
     results = []
@@ -380,7 +412,7 @@ def _certify(view, delta: float, names, strict: bool):
         try:
             found = []
             for event in view.events:
-                acc = ACCOUNTANTS[n](relation=view.relation)
+                acc = ACCOUNTANTS[n](relation=view.relation, **((options or {}) if n == "pld" else {}))
                 acc.compose(event, view.steps)
                 if n == "pld":
                     bounds = acc.get_epsilon_bounds(delta)

@@ -1,11 +1,12 @@
 """Plan semantics: how a plan maps to events and which relation it implies."""
 
 import math
+from pathlib import Path
 
 import pytest
 
 from metadp.accounting import FixedSizeSampled, Gaussian, Laplace, PoissonSampled, RdpAccountant, SelfComposed
-from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
+from metadp.plan import Plan, default_plan, load_plan, loads_plan, plan_epsilon
 
 
 def _plan(**overrides):
@@ -65,3 +66,46 @@ def test_unknown_key_suggests_correction():
     with pytest.raises(ValueError, match=r"sampling\.batchsize.*did you mean 'batch_size'"):
         _plan(sampling={"scheme": "poisson", "batchsize": 3, "population": 10})
 
+
+
+# -- issue 13: extreme noise, and text versus paths ------------------------------------------------
+
+TINY_NOISE = """\
+name = "tiny noise"
+unit = "record"
+delta = 1e-6
+steps = 100
+accountant = "{accountant}"
+[sampling]
+scheme = "poisson"
+rate = 0.01
+[noise]
+mechanism = "gaussian"
+multiplier = 1e-300
+"""
+
+
+def test_vanishing_noise_certifies_infinity():
+    # was: "cannot convert float NaN to integer" (from the PLD lattice). The unit is sampled with
+    # probability 1 - 0.99^100 > delta and then released with noise 1e-300: +inf is the honest bound.
+    report = plan_epsilon(loads_plan(TINY_NOISE.format(accountant="all")))
+    assert report.epsilon == math.inf and report.accountant == "rdp"
+
+
+def test_vanishing_noise_is_refused_by_the_pld_accountant_by_name():
+    with pytest.raises(ValueError, match=r"pld accountant.*noise multiplier in \[1e-50, 1e\+50\].*got 1e-300"):
+        loads_plan(TINY_NOISE.format(accountant="pld"))
+
+
+def test_a_string_without_newline_is_a_path_even_with_equals(tmp_path, monkeypatch):
+    # a path containing '=' was parsed as TOML text
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="plan file 'a=b.toml' does not exist"):
+        load_plan("a=b.toml")
+    (tmp_path / "a=b.toml").write_text(TINY_NOISE.format(accountant="rdp"), encoding="utf-8")
+    assert load_plan("a=b.toml") == loads_plan(TINY_NOISE.format(accountant="rdp")) == load_plan(Path("a=b.toml"))
+
+
+def test_loads_plan_reads_text_only():
+    with pytest.raises(ValueError, match="plan text must be a str"):
+        loads_plan(Path("examples/dp_sgd_mnist.toml"))

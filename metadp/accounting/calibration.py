@@ -4,13 +4,22 @@ Every result is conservative: the returned parameter is one at which the certifi
 computed and found <= the target. Searches bracket first (doubling or halving) and then bisect on
 certified bounds, relying only on monotonicity (epsilon non-increasing in noise, non-decreasing in
 steps and rate), which holds for every accountant here.
+
+The search may use the PLD accountant's time budget (``PldAccountant.max_seconds``), whose bounds
+are certified but looser when refinement stops early; the value returned is then verified by
+``certified_epsilon``, which refines without a time limit (the point budget only), so its bound
+does not depend on the machine's speed or load: the same call gives the same number afterwards.
+
+An answer at the edge of a search range is not an answer: each function raises ``ValueError`` saying
+what is true instead (the target is unreachable, or met everywhere searched, e.g. because the plan
+releases nothing).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 from scipy import optimize
 
@@ -23,13 +32,31 @@ __all__ = ["ACCOUNTANTS", "certified_epsilon", "calibrate_noise", "max_steps", "
 
 ACCOUNTANTS = {"rdp": RdpAccountant, "pld": PldAccountant}
 
+_NOISE_RANGE = (1e-6, 1e6)  # noise multipliers searched by calibrate_noise
+_MIN_RATE = 1e-12  # the smallest sampling rate max_rate tries
+
+
+def _accountant(accountant: str, relation: str, timed: bool):
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS)}, got {accountant!r}")
+    if accountant == "pld" and not timed:
+        return PldAccountant(relation=relation, max_seconds=math.inf)
+    return ACCOUNTANTS[accountant](relation=relation)
+
 
 def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_remove",
                       accountant: str = "rdp") -> float:
-    """The certified epsilon of one event (upper bound) with a fresh accountant."""
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS)}, got {accountant!r}")
-    return ACCOUNTANTS[accountant](relation=relation).compose(event).get_epsilon(delta)
+    """The certified epsilon of one event (upper bound) with a fresh accountant.
+
+    The PLD accountant refines its lattice here without a time limit (to its tolerance or its point
+    budget), so the number does not depend on how fast the machine is.
+    """
+    return _accountant(accountant, relation, timed=False).compose(event).get_epsilon(delta)
+
+
+def _search_epsilon(event: ev.Event, delta: float, relation: str, accountant: str) -> float:
+    """A certified epsilon for the search (the PLD accountant's default time budget applies)."""
+    return _accountant(accountant, relation, timed=True).compose(event).get_epsilon(delta)
 
 
 def _check_target(target_epsilon: float, delta: float):
@@ -47,35 +74,50 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
         delta: in (0, 1).
 
     Returns:
-        z such that the certified epsilon at z is <= target_epsilon, within relative ``rtol`` of the
-        smallest such z (Brent's bracketing root finder on log z over certified bounds, then a check).
+        z such that ``certified_epsilon(make_event(z))`` is <= target_epsilon, within relative ``rtol``
+        of the smallest such z (Brent's bracketing root finder on log z over certified bounds, then a
+        check with the time-independent bound).
 
     Raises:
-        ValueError: if no multiplier up to 1e6 meets the target.
+        ValueError: if no multiplier up to 1e6 meets the target, or if every multiplier down to 1e-6
+            does (no smallest one in range; epsilon 0 there means the plan releases nothing).
     """
     target, delta = _check_target(target_epsilon, delta)
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS)}, got {accountant!r}")
+    _accountant(accountant, relation, timed=True)  # validates the name
 
     @functools.lru_cache(maxsize=None)
     def eps(z: float) -> float:
-        return certified_epsilon(make_event(z), delta, relation=relation, accountant=accountant)
+        return _search_epsilon(make_event(z), delta, relation, accountant)
 
-    return _smallest_noise(eps, target, rtol)
+    z = _smallest_noise(eps, target, rtol)
+    while certified_epsilon(make_event(z), delta, relation=relation, accountant=accountant) > target:
+        z *= 1.0 + rtol / 4.0  # not reached while the search's bounds are the looser ones; a safeguard
+        if z > _NOISE_RANGE[1]:
+            raise ValueError(f"target_epsilon {target:g} is unreachable: even noise multiplier "
+                             f"{_NOISE_RANGE[1]:g} exceeds it")
+    return z
 
 
 def _smallest_noise(eps, target: float, rtol: float) -> float:
     """Smallest z (to relative rtol) with eps(z) <= target, for eps non-increasing in z."""
+    low, high = _NOISE_RANGE
     hi = 1.0
     while eps(hi) > target:
         hi *= 2.0
-        if hi > 1e6:
-            raise ValueError(f"target_epsilon {target:g} is unreachable: even noise multiplier 1e6 exceeds it")
+        if hi > high:
+            raise ValueError(f"target_epsilon {target:g} is unreachable: even noise multiplier {high:g} "
+                             f"exceeds it (epsilon {eps(high):.6g})")
     lo = hi / 2.0
     while eps(lo) <= target:
         hi, lo = lo, lo / 2.0
-        if lo < 1e-6:
-            return hi
+        if lo < low:
+            floor = eps(low)
+            if floor == 0.0:
+                raise ValueError(f"any noise multiplier meets target_epsilon {target:g}: epsilon is 0 even at "
+                                 f"noise multiplier {low:g}, so the plan releases nothing about a unit (e.g. "
+                                 "rate 0 or 0 steps)")
+            raise ValueError(f"every noise multiplier down to {low:g} (the smallest searched) meets "
+                             f"target_epsilon {target:g} (epsilon {floor:.6g} there): no smallest one in range")
     # Brent's method on log z (bracketing, superlinear): eps(lo) > target >= eps(hi).
     root = optimize.brentq(lambda log_z: eps(math.exp(log_z)) - target, math.log(lo), math.log(hi),
                            xtol=rtol / 4.0)
@@ -86,30 +128,55 @@ def _smallest_noise(eps, target: float, rtol: float) -> float:
 
 
 def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, relation: str = "add_remove",
-              accountant: str = "rdp", limit: int = 10**9) -> int:
-    """Largest number of steps T <= limit with epsilon(T x step_event) <= target (0 if none)."""
+              accountant: str = "rdp", limit: Optional[int] = None) -> int:
+    """Largest number of steps T with epsilon(T x step_event) <= target (0 if even one step exceeds it).
+
+    Args:
+        limit: the most steps the caller can use (e.g. a run's length): the answer is at most
+            ``limit``, and ``limit`` itself when it meets the target. None: no limit of the caller's;
+            the search covers every count up to ``events.MAX_COUNT`` (2^53).
+
+    Raises:
+        ValueError: with ``limit`` None, if even ``MAX_COUNT`` steps meet the target (there is then no
+            largest number in range; epsilon 0 there means the plan releases nothing).
+    """
     target, delta = _check_target(target_epsilon, delta)
-    limit = check_count("limit", limit, minimum=1)
+    cap = ev.MAX_COUNT if limit is None else check_count("limit", limit, minimum=1, maximum=ev.MAX_COUNT)
+    _accountant(accountant, relation, timed=True)  # validates the name
 
     def ok(t: int) -> bool:
-        event = ev.SelfComposed(step_event, t)
-        return certified_epsilon(event, delta, relation=relation, accountant=accountant) <= target
+        return _search_epsilon(ev.SelfComposed(step_event, t), delta, relation, accountant) <= target
+
+    def verified(t: int) -> bool:
+        return certified_epsilon(ev.SelfComposed(step_event, t), delta, relation=relation,
+                                 accountant=accountant) <= target
 
     if not ok(1):
         return 0
     lo, hi = 1, 2
-    while hi <= limit and ok(hi):
+    while hi <= cap and ok(hi):
         lo, hi = hi, hi * 2
-    if hi > limit:
-        if ok(limit):
-            return limit
-        hi = limit
+    if hi > cap:
+        if ok(cap):
+            if limit is None:
+                at_cap = certified_epsilon(ev.SelfComposed(step_event, cap), delta, relation=relation,
+                                           accountant=accountant)
+                if at_cap == 0.0:
+                    raise ValueError(f"any number of steps meets target_epsilon {target:g}: epsilon is 0 even after "
+                                     f"{cap:,} steps, so the plan releases nothing about a unit (e.g. rate 0)")
+                raise ValueError(f"target_epsilon {target:g} is not reached within {cap:,} steps (the most "
+                                 f"searched; epsilon {at_cap:.6g} there): no largest number of steps in range")
+            lo = hi = cap
+        else:
+            hi = cap
     while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
         mid = (lo + hi) // 2
         if ok(mid):
             lo = mid
         else:
             hi = mid
+    while lo > 0 and not verified(lo):  # not reached while the search's bounds are the looser ones
+        lo -= 1
     return lo
 
 
@@ -117,20 +184,29 @@ def max_rate(make_event: Callable[[float], ev.Event], target_epsilon: float, del
              relation: str = "add_remove", accountant: str = "rdp", rtol: float = 1e-4) -> float:
     """Largest sampling rate q in [0, 1] (to relative ``rtol``) with epsilon(make_event(q)) <= target.
 
-    Returns 0.0 when even a rate of 1e-12 exceeds the target.
+    Returns 1.0 when every unit in every step (rate 1) meets the target.
+
+    Raises:
+        ValueError: if even a rate of 1e-12 (the smallest tried) exceeds the target.
     """
     target, delta = _check_target(target_epsilon, delta)
+    _accountant(accountant, relation, timed=True)  # validates the name
 
     def ok(q: float) -> bool:
+        return _search_epsilon(make_event(q), delta, relation, accountant) <= target
+
+    def verified(q: float) -> bool:
         return certified_epsilon(make_event(q), delta, relation=relation, accountant=accountant) <= target
 
-    if ok(1.0):
+    if ok(1.0) and verified(1.0):
         return 1.0
     lo = 0.5
     while not ok(lo):
         lo /= 2.0
-        if lo < 1e-12:
-            return 0.0
+        if lo < _MIN_RATE:
+            epsilon = certified_epsilon(make_event(_MIN_RATE), delta, relation=relation, accountant=accountant)
+            raise ValueError(f"target_epsilon {target:g} is unreachable at any sampling rate >= {_MIN_RATE:g} "
+                             f"(epsilon {epsilon:.6g} at rate {_MIN_RATE:g})")
     hi = min(1.0, 2.0 * lo)
     while hi / lo - 1.0 > rtol:
         mid = math.sqrt(lo * hi)
@@ -138,4 +214,8 @@ def max_rate(make_event: Callable[[float], ev.Event], target_epsilon: float, del
             lo = mid
         else:
             hi = mid
+    while not verified(lo):  # not reached while the search's bounds are the looser ones; a safeguard
+        lo /= 1.0 + rtol
+        if lo < _MIN_RATE:
+            raise ValueError(f"target_epsilon {target:g} is unreachable at any sampling rate >= {_MIN_RATE:g}")
     return lo

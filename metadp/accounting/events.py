@@ -37,6 +37,10 @@ __all__ = [
     "Group",
 ]
 
+# The largest count (compositions, group size, episodes) an event or accountant accepts: every whole
+# number up to 2^53 is exact in float64, where the accountants multiply counts into RDP curves.
+MAX_COUNT = 2**53
+
 
 class Event:
     """Base class of all privacy events (frozen dataclasses)."""
@@ -165,7 +169,7 @@ class SelfComposed(Event):
 
     def __post_init__(self):
         _check_inner("inner", self.inner)
-        object.__setattr__(self, "count", check_count("count", self.count, minimum=0))
+        object.__setattr__(self, "count", check_count("count", self.count, minimum=0, maximum=MAX_COUNT))
 
     def describe(self) -> str:
         return f"{self.count} x [{self.inner.describe()}]"
@@ -208,7 +212,7 @@ class EpisodicSampled(Event):
     shift: float = 2.0
 
     def __post_init__(self):
-        object.__setattr__(self, "episodes", check_count("episodes", self.episodes, minimum=1))
+        object.__setattr__(self, "episodes", check_count("episodes", self.episodes, minimum=1, maximum=MAX_COUNT))
         object.__setattr__(self, "unit_rate", check_probability("unit_rate", self.unit_rate))
         object.__setattr__(self, "within_rate", check_probability("within_rate", self.within_rate))
         object.__setattr__(self, "shift", check_real("shift", self.shift, low=0.0, low_open=True))
@@ -239,7 +243,7 @@ class Group(Event):
     inner: Event
 
     def __post_init__(self):
-        object.__setattr__(self, "size", check_count("size", self.size, minimum=1))
+        object.__setattr__(self, "size", check_count("size", self.size, minimum=1, maximum=MAX_COUNT))
         _check_inner("inner", self.inner)
 
     def describe(self) -> str:

@@ -56,9 +56,7 @@ def event_pairs(event: ev.Event, relation: str) -> List[Tuple[tuple, int]]:
 
 
 def _pld_unsupported(event, reason):
-    err = UnsupportedEventError(event, reason)
-    err.args = (str(err).replace("RDP accountant", "PLD accountant"),)
-    return err
+    return UnsupportedEventError(event, reason, accountant="PLD")
 
 
 @event_pairs.register
@@ -73,6 +71,22 @@ def _(event: ev.NonPrivate, relation):
 
 def _factor(relation: str) -> float:
     return 2.0 if relation == "substitute" else 1.0
+
+
+# The noise multipliers (and Laplace scales, relative to the sensitivity) whose pairs float64 can
+# represent: below, the privacy losses (about 1/(2 z^2)) and their squares in the lattice's moments
+# overflow (seen from z = 1e-80); above, z^2 overflows in the pair's constructor (from 1e154) and the
+# losses vanish below the lattice's resolution. The RDP accountant bounds both ends.
+_NOISE_RANGE = (1e-50, 1e50)
+
+
+def _check_noise(event: ev.Event, noise: float, what: str = "noise multiplier") -> float:
+    low, high = _NOISE_RANGE
+    if not low <= noise <= high:
+        raise _pld_unsupported(event, f"the PLD accountant needs a {what} in [{low:g}, {high:g}] relative to the "
+                                      f"sensitivity, got {noise:g} (float64 cannot hold its privacy losses); "
+                                      "the RDP accountant bounds it")
+    return noise
 
 
 @functools.lru_cache(maxsize=256)
@@ -93,14 +107,14 @@ def _cached_pairs(kind: str, *args) -> tuple:
 def _(event: ev.Gaussian, relation):
     if math.isinf(event.noise_multiplier):
         return []
-    return [(_cached_pairs("gaussian", event.noise_multiplier / _factor(relation)), 1)]
+    return [(_cached_pairs("gaussian", _check_noise(event, event.noise_multiplier / _factor(relation))), 1)]
 
 
 @event_pairs.register
 def _(event: ev.Laplace, relation):
     if math.isinf(event.scale):
         return []
-    return [(_cached_pairs("laplace", event.scale / _factor(relation)), 1)]
+    return [(_cached_pairs("laplace", _check_noise(event, event.scale / _factor(relation), "Laplace scale")), 1)]
 
 
 @event_pairs.register
@@ -110,10 +124,10 @@ def _(event: ev.PoissonSampled, relation):
 
     if relation != "add_remove":
         raise _pld_unsupported(event, "Poisson sampling is analysed under the add_remove relation")
-    z = _effective_noise_multiplier(event.inner)
+    z = _effective_noise_multiplier(event.inner, "PLD")
     if event.rate == 0.0 or math.isinf(z):
         return []
-    return [(_cached_pairs("poisson", event.rate, z), 1)]
+    return [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
 
 
 @event_pairs.register
@@ -124,6 +138,7 @@ def _(event: ev.EpisodicSampled, relation):
         raise _pld_unsupported(event, "episodic sampling is analysed under the add_remove relation (one record)")
     if math.isinf(event.inner.noise_multiplier) or event.unit_rate == 0.0 or event.within_rate == 0.0:
         return []
+    _check_noise(event, event.inner.noise_multiplier / (event.shift * event.episodes))  # largest shift: all episodes
     return [(episodic_record_pairs(event.episodes, event.unit_rate, event.within_rate,
                                    event.inner.noise_multiplier, event.shift), 1)]
 
@@ -144,6 +159,7 @@ def _(event: ev.Group, relation):
     if isinstance(inner, ev.PoissonSampled) and isinstance(inner.inner, ev.Gaussian) and relation == "add_remove":
         if inner.rate == 0.0 or math.isinf(inner.inner.noise_multiplier):
             return []
+        _check_noise(event, inner.inner.noise_multiplier / k)  # the group's largest shift is k
         return [(poisson_group_pairs(inner.rate, inner.inner.noise_multiplier, k), 1)]
     raise _pld_unsupported(event, "exact group pairs exist for Gaussian and Poisson-subsampled Gaussian "
                                   "(add_remove) steps only")
@@ -210,7 +226,7 @@ class PldAccountant:
         """Composes ``event`` ``count`` times; raises before any state change if unsupported."""
         if not isinstance(event, ev.Event):
             raise ValueError(f"event must be a metadp Event, got {type(event).__name__}")
-        count = check_count("count", count)
+        count = check_count("count", count, maximum=ev.MAX_COUNT)
         items = [(pairs, c * count) for pairs, c in event_pairs(event, self.relation) if c * count > 0]
         if self._rdp is not None:
             try:  # the RDP bound is a cap on the PLD one, not needed for it
@@ -248,6 +264,11 @@ class PldAccountant:
         scale = self._rdp.get_epsilon(delta) if self._rdp is not None else math.inf
         if scale == 0.0:
             return PldResult(0.0, 0.0, delta, math.nan, self._steps(), 0, ("RDP certifies epsilon 0",))
+        if _ROUNDING * self._steps() >= delta:  # no PLD bound exists: the RDP one (or inf) stands
+            why = ("; the RDP bound is reported" if math.isfinite(scale)
+                   else "; this event has no RDP bound to fall back on (use a larger delta)")
+            return PldResult(0.0, scale, delta, math.nan, self._steps(), 0,
+                             (_allowance_note(self._steps(), delta) + why,))
         result = _bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
         if math.isinf(result.epsilon_upper) and math.isinf(scale):
             note = ("no finite PLD bound at this delta: the truncated and floating-point mass charged to delta "
@@ -268,7 +289,7 @@ class PldAccountant:
         is built once; each listed count costs one Chernoff window and one FFT composition.
         """
         delta = check_delta("delta", delta)
-        counts = [check_count("steps", s) for s in steps]
+        counts = [check_count("steps", s, maximum=ev.MAX_COUNT) for s in steps]
         if step_event is None:
             if not self._ledger:
                 raise ValueError("trajectory needs a step_event or at least one composed event")
@@ -288,20 +309,24 @@ class PldAccountant:
         if any(pairs is None for pairs, _ in base_items + step_items):
             return np.full(len(counts), np.inf)
         n_of = [sum(c for _, c in base_items) + t * sum(c for _, c in step_items) for t in counts]
-        longest = max(range(len(counts)), key=lambda i: n_of[i])
-        if n_of[longest] == 0:
-            return np.zeros(len(counts))
-        # the spacing that meets the tolerance at the longest count serves every count
-        final = base_items + [(pairs, c * counts[longest]) for pairs, c in step_items]
-        h = _bounds(final, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds).h
-        tail = _DELTA_SHARE * delta / n_of[longest]
-        directions = 2 if any(len(pairs) == 2 for pairs, _ in base_items + step_items) else 1
-        out = np.zeros(len(counts))
-        for d in range(directions):
-            pick = lambda items: [(_lat.lattice_cached(pairs[min(d, len(pairs) - 1)], h, tail), c)
-                                  for pairs, c in items]
-            out = np.maximum(out, _trajectory_direction(pick(base_items), pick(step_items), counts, delta,
-                                                        self.max_memory))
+        # counts whose rounding allowance alone exceeds delta have no PLD bound: the RDP one stands
+        certifiable = [i for i in range(len(counts)) if 0 < n_of[i] and _ROUNDING * n_of[i] < delta]
+        out = np.full(len(counts), np.inf)
+        if certifiable:
+            longest = max(certifiable, key=lambda i: n_of[i])
+            # the spacing that meets the tolerance at the longest count serves every count
+            final = base_items + [(pairs, c * counts[longest]) for pairs, c in step_items]
+            h = _bounds(final, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds).h
+            tail = _DELTA_SHARE * delta / n_of[longest]
+            directions = 2 if any(len(pairs) == 2 for pairs, _ in base_items + step_items) else 1
+            found = np.zeros(len(certifiable))
+            for d in range(directions):
+                pick = lambda items: [(_lat.lattice_cached(pairs[min(d, len(pairs) - 1)], h, tail), c)
+                                      for pairs, c in items]
+                found = np.maximum(found, _trajectory_direction(pick(base_items), pick(step_items),
+                                                                [counts[i] for i in certifiable], delta,
+                                                                self.max_memory))
+            out[certifiable] = found
         return np.where(np.array(n_of) == 0, 0.0, np.minimum(out, scales))
 
     def get_delta(self, epsilon: float) -> float:
@@ -322,6 +347,10 @@ class PldAccountant:
             return 0.0
         reference = min(cap, 1e-6) if cap >= 1.0 else cap
         n = sum(c for _, c in self._items)
+        floor = _ROUNDING * n  # every PLD delta includes this rounding allowance
+        if floor >= cap:
+            return float(min(cap, 1.0))
+        reference = max(reference, min(2.0 * floor, cap))  # the lattice is sized for a delta above it
         directions = 2 if any(len(pairs) == 2 for pairs, _ in self._items) else 1
         per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in self._items] for d in range(directions)]
         delta = 1.0
@@ -350,6 +379,8 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     """
     start = time.perf_counter()
     n = sum(c for _, c in items)
+    if _ROUNDING * n >= delta:  # the upper bound's budget, delta minus this allowance, is already <= 0
+        return PldResult(0.0, math.inf, delta, math.nan, n, 0, (_allowance_note(n, delta),))
     tau = _DELTA_SHARE * delta
     tail = _DELTA_SHARE * delta / n
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
@@ -390,6 +421,11 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             break
         h = finer
     return PldResult(lower, upper, delta, h, n, size, tuple(notes))
+
+
+def _allowance_note(n: int, delta: float) -> str:
+    return (f"no finite PLD bound for {n:,} releases at delta = {delta:g}: the floating-point allowance charged "
+            f"to delta ({_ROUNDING:.2g} per release) exceeds it")
 
 
 def _direction_bounds(pairs, delta, h, tau, tail, max_memory):

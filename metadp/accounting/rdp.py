@@ -44,6 +44,10 @@ _MAX_BINOMIAL_ORDER = 20_000
 # Below this noise the quadrature's panels (width sigma^2) get too many; fractional orders then use
 # the convexity bound between integer orders, and integer orders above 1e6 return +inf.
 _MIN_QUADRATURE_NOISE = 0.05
+# Above this noise the quadrature's centre z^2 log((1-q)/q) and its squares overflow (from about
+# z = 1e77); integer orders are then exact by the binomial sum and fractional ones use convexity, as
+# below 0.05 (the optimal order is large there, so the interpolation costs nothing).
+_MAX_QUADRATURE_NOISE = 1e4
 _MAX_SMALL_NOISE_ORDER = 1_000_000
 _SERIES_TERMS = 56  # terms of sum_{i>=2} C(alpha,i) x^i for |x| <= 0.5 / alpha: ratio <= 1/2
 _WINDOW_SIGMAS = 12.0  # N(0,1) mass beyond 12 sigma is 1.8e-33: below double precision
@@ -71,7 +75,10 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
     z = check_positive("noise_multiplier", noise_multiplier, allow_inf=True)
     if math.isinf(z):
         return np.zeros_like(orders)
-    return orders / (2.0 * z * z)
+    # Below z = 1e-154, 2 z^2 underflows (to 0 or a subnormal): the quotient is then +inf, the exact
+    # value's only float upper bound, not a division-by-zero error.
+    with np.errstate(divide="ignore", over="ignore"):
+        return orders / (2.0 * z * z)
 
 
 def laplace_rdp(scale: float, orders) -> np.ndarray:
@@ -86,13 +93,15 @@ def laplace_rdp(scale: float, orders) -> np.ndarray:
         return np.zeros_like(orders)
     finite = np.isfinite(orders)
     a = np.where(finite, orders, 2.0)
-    u = 1.0 / b
-    log_mix = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * u, np.log((a - 1) / (2 * a - 1)) - a * u)
-    # For a u < 1/2 the mixture is 1 + f/(2a-1) with f = a expm1((a-1)u) + (a-1) expm1(-a u), whose
-    # first-order terms cancel: sum f's series from n = 2 (terms shrink by a u / n).
-    with np.errstate(over="ignore", invalid="ignore"):  # the series is only used where a u < 1/2
-        series = _laplace_series(a, u)
-    return np.where(finite, np.where(a * u < 0.5, series, log_mix) / (a - 1), 1.0 / b)
+    u = 1.0 / b  # inf when b is below 1/DBL_MAX: then so is every eps(alpha), an exact upper bound
+    with np.errstate(over="ignore", invalid="ignore"):  # (a-1) u may overflow to +inf: eps is then 1/b
+        log_mix = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * u, np.log((a - 1) / (2 * a - 1)) - a * u)
+        # For a u < 1/2 the mixture is 1 + f/(2a-1) with f = a expm1((a-1)u) + (a-1) expm1(-a u), whose
+        # first-order terms cancel: sum f's series from n = 2 (terms shrink by a u / n).
+        series = _laplace_series(a, u) if u < 0.5 else log_mix  # a > 1: a u < 1/2 needs u < 1/2
+        eps = np.where(a * u < 0.5, series, log_mix) / (a - 1)
+    # eps(alpha) <= eps(inf) = 1/b for every order (Renyi divergences increase with the order).
+    return np.where(finite, np.minimum(eps, u), u)
 
 
 def _laplace_series(a: np.ndarray, u: float) -> np.ndarray:
@@ -126,7 +135,9 @@ def poisson_gaussian_rdp(rate: float, noise_multiplier: float, orders) -> np.nda
         return gaussian_rdp(z, orders)
     if z * z < 1e-300:  # z < 1e-150: 1 / (2 z^2) and the divergence exceed every float
         return np.full_like(orders, np.inf)
-    small_noise = z < _MIN_QUADRATURE_NOISE
+    # Below 0.05 the quadrature's panels get too many; above 1e4 its centres (z^2 log((1-q)/q)) and
+    # squares overflow. Both ends use the exact integer orders and convexity between them.
+    small_noise = z < _MIN_QUADRATURE_NOISE or z > _MAX_QUADRATURE_NOISE
     out = np.empty_like(orders)
     for i, alpha in enumerate(orders):
         if math.isinf(alpha):
@@ -137,7 +148,9 @@ def poisson_gaussian_rdp(rate: float, noise_multiplier: float, orders) -> np.nda
             out[i] = _interpolated_rdp(q, z, float(alpha))
         else:
             out[i] = float(np.logaddexp(0.0, _log_a_minus_1_integral(q, z, float(alpha)))) / (alpha - 1.0)
-    return out
+    # Sampling never increases the divergence (A_alpha <= E[L^alpha] by convexity): the Gaussian's
+    # curve caps orders the series leave at +inf (above 1e6 at very small or very large noise).
+    return np.minimum(out, gaussian_rdp(z, orders))
 
 
 def _log_a_binomial(q: float, sigma: float, alpha: int) -> float:
@@ -276,6 +289,8 @@ def wor_gaussian_rdp(rate: float, noise_multiplier: float, orders) -> np.ndarray
         return np.zeros_like(orders)
     if gamma == 1.0:
         return gaussian_rdp(z, orders)
+    if z * z < 1e-300:  # z < 1e-150: eps(2) = 1 / z^2 and the bound exceed every float
+        return np.full_like(orders, np.inf)
     out = np.empty_like(orders)
     for i, alpha in enumerate(orders):
         if math.isinf(alpha):

@@ -51,11 +51,17 @@ DEFAULT_ORDERS = _default_orders()
 
 
 class UnsupportedEventError(ValueError):
-    """An accountant cannot interpret an event; the message names the sub-event and the reason."""
+    """An accountant cannot interpret an event; the message names the accountant, the sub-event and
+    the reason (``accountant`` is the name the raising accountant gives itself, e.g. ``"PLD"``)."""
 
-    def __init__(self, event: ev.Event, reason: str):
+    def __init__(self, event: ev.Event, reason: str, *, accountant: str):
         self.event = event
-        super().__init__(f"RDP accountant cannot handle {event.describe()}: {reason}")
+        self.accountant = accountant
+        super().__init__(f"{accountant} accountant cannot handle {event.describe()}: {reason}")
+
+
+def _unsupported(event: ev.Event, reason: str) -> UnsupportedEventError:
+    return UnsupportedEventError(event, reason, accountant="RDP")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,7 +71,7 @@ class UnsupportedEventError(ValueError):
 @functools.singledispatch
 def event_rdp(event: ev.Event, orders: np.ndarray, relation: str) -> np.ndarray:
     """RDP curve of ``event`` at ``orders`` under ``relation`` (an upper bound per order)."""
-    raise UnsupportedEventError(event, f"no RDP analysis for {type(event).__name__}")
+    raise _unsupported(event, f"no RDP analysis for {type(event).__name__}")
 
 
 @event_rdp.register
@@ -76,6 +82,12 @@ def _(event: ev.NoOp, orders, relation):
 @event_rdp.register
 def _(event: ev.NonPrivate, orders, relation):
     return np.full_like(orders, np.inf)
+
+
+def _times(count, curve: np.ndarray) -> np.ndarray:
+    """count x an RDP curve (count >= 1); a product beyond every float is +inf, the pessimistic side."""
+    with np.errstate(over="ignore"):
+        return float(count) * curve
 
 
 def _relation_factor(relation: str) -> float:
@@ -97,7 +109,7 @@ def _(event: ev.Laplace, orders, relation):
 def _(event: ev.SelfComposed, orders, relation):
     if event.count == 0:
         return np.zeros_like(orders)
-    return event.count * event_rdp(event.inner, orders, relation)
+    return _times(event.count, event_rdp(event.inner, orders, relation))
 
 
 @event_rdp.register
@@ -116,37 +128,41 @@ def _(event: ev.Group, orders, relation):
     if isinstance(inner, ev.Gaussian):  # exact: sensitivity k (Mironov 2017, Prop. 7)
         return gaussian_rdp(inner.noise_multiplier / (k * _relation_factor(relation)), orders)
     if isinstance(inner, ev.SelfComposed):
-        return inner.count * event_rdp(ev.Group(k, inner.inner), orders, relation) if inner.count else np.zeros_like(orders)
+        if inner.count == 0:
+            return np.zeros_like(orders)
+        return _times(inner.count, event_rdp(ev.Group(k, inner.inner), orders, relation))
     if isinstance(inner, ev.Composed):
         return sum((event_rdp(ev.Group(k, e), orders, relation) for e in inner.events), np.zeros_like(orders))
     # generic and loose: Mironov 2017, Prop. 2 (the exact binomial mixture is in the PLD accountant)
     return rdp_group(lambda o: event_rdp(inner, np.asarray(o, dtype=np.float64), relation), orders, k)
 
 
-def _effective_noise_multiplier(event: ev.Event) -> float:
+def _effective_noise_multiplier(event: ev.Event, accountant: str = "RDP") -> float:
     """Noise multiplier of the single Gaussian equivalent to ``event`` run on one sample.
 
     k Gaussian releases on the same data with multipliers z_i compose to one Gaussian with
-    z = (sum_i z_i^-2)^(-1/2) (their privacy loss distributions add). Raises UnsupportedEventError
-    for anything that is not a Gaussian or a composition of Gaussians.
+    z = (sum_i z_i^-2)^(-1/2) (their privacy loss distributions add). Raises UnsupportedEventError,
+    in the name of ``accountant`` (the caller), for anything that is not a Gaussian or a composition
+    of Gaussians.
     """
     if isinstance(event, ev.Gaussian):
         return event.noise_multiplier
     if isinstance(event, ev.NoOp):
         return math.inf
     if isinstance(event, ev.SelfComposed):
-        z = _effective_noise_multiplier(event.inner)
+        z = _effective_noise_multiplier(event.inner, accountant)
         return math.inf if event.count == 0 else z / math.sqrt(event.count)
     if isinstance(event, ev.Composed):
-        precision = sum(_effective_noise_multiplier(e) ** -2 for e in event.events)
+        precision = sum(_effective_noise_multiplier(e, accountant) ** -2 for e in event.events)
         return math.inf if precision == 0 else precision ** -0.5
-    raise UnsupportedEventError(event, "inside a sampled event only Gaussian mechanisms are supported")
+    raise UnsupportedEventError(event, "inside a sampled event only Gaussian mechanisms are supported",
+                                accountant=accountant)
 
 
 @event_rdp.register
 def _(event: ev.PoissonSampled, orders, relation):
     if relation != "add_remove":
-        raise UnsupportedEventError(event, "Poisson sampling is analysed under the add_remove relation")
+        raise _unsupported(event, "Poisson sampling is analysed under the add_remove relation")
     z = _effective_noise_multiplier(event.inner)
     return poisson_gaussian_rdp(event.rate, z, orders)
 
@@ -154,7 +170,7 @@ def _(event: ev.PoissonSampled, orders, relation):
 @event_rdp.register
 def _(event: ev.FixedSizeSampled, orders, relation):
     if relation != "substitute":
-        raise UnsupportedEventError(
+        raise _unsupported(
             event, "fixed-size sampling is only analysed under the substitute relation "
             "(Balle, Barthe & Gaboardi 2018); set relation = 'substitute'"
         )
@@ -207,10 +223,10 @@ class RdpAccountant:
         """Composes ``event`` ``count`` times; all-or-nothing (raises before any state changes)."""
         if not isinstance(event, ev.Event):
             raise ValueError(f"event must be a metadp Event, got {type(event).__name__}")
-        count = check_count("count", count)
+        count = check_count("count", count, maximum=ev.MAX_COUNT)
         curve = self._curve(event, tuple(self._orders))  # raises UnsupportedEventError first
         if count:
-            self._grid_rdp = self._grid_rdp + count * curve
+            self._grid_rdp = self._grid_rdp + _times(count, curve)
         self._ledger.append(LedgerEntry(event, count))
         return self
 
@@ -237,7 +253,7 @@ class RdpAccountant:
         total = np.zeros_like(orders)
         for entry in entries:
             if entry.count:
-                total = total + entry.count * self._curve(entry.event, tuple(orders))
+                total = total + _times(entry.count, self._curve(entry.event, tuple(orders)))
         return total
 
     # -- conversion ----------------------------------------------------------------------------
@@ -325,7 +341,7 @@ class RdpAccountant:
             float64 array of epsilons, one per listed step count.
         """
         delta = check_delta("delta", delta)
-        steps = np.array([check_count("steps", s) for s in steps], dtype=np.float64)
+        steps = np.array([check_count("steps", s, maximum=ev.MAX_COUNT) for s in steps], dtype=np.float64)
         if step_event is None:
             if not self._ledger:
                 raise ValueError("trajectory needs a step_event or at least one composed event")
@@ -360,10 +376,10 @@ class RdpAccountant:
         for t in positive[picks]:
             def objective(alpha: float, t=t) -> float:
                 a = np.array([alpha])
-                r = self._rdp_of(base_entries, a) + t * self._curve(step_event, (alpha,))
+                r = self._rdp_of(base_entries, a) + _times(t, self._curve(step_event, (alpha,)))
                 return epsilon_from_rdp(a, r, delta, self.conversion)[0]
 
-            eps, order = epsilon_from_rdp(self._orders, base_grid + t * step_grid, delta, self.conversion)
+            eps, order = epsilon_from_rdp(self._orders, base_grid + _times(t, step_grid), delta, self.conversion)
             if eps > 0 and np.isfinite(eps) and not math.isnan(order):
                 found.append(self._refine(objective, eps, order, xatol=1e-5)[1])
         return np.array(found, dtype=np.float64)
