@@ -16,7 +16,9 @@ from typing import List, Optional
 from metadp import __version__
 
 _EXAMPLES = {
-    "plan": "examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex\n  metadp plan --accountant all",
+    "plan": ("examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex\n"
+             "  metadp plan --accountant all\n"
+             "  metadp plan --dp-event dp_event.json --delta 1e-6     (a dp-accounting DpEvent as JSON)"),
     "epsilon": ("examples:\n  metadp epsilon --sampling poisson --rate 0.004 --noise 1 --steps 250 --delta 1e-6\n"
                 "  metadp epsilon --sampling fixed --batch 256 --population 60000 --noise 1.1 --steps 14062 --delta 1e-5"),
     "calibrate": ("examples:\n  metadp calibrate --target-epsilon 1 --delta 1e-6 --sampling poisson --rate 0.004 --steps 250\n"
@@ -50,6 +52,18 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE", help="also draw epsilon over steps (and over units) to FILE (.png or .pdf; "
                    "needs matplotlib: pip install \"metadp[plot]\")")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
+    d = p.add_argument_group("a dp-accounting event instead of a plan file (metadp.integrations.dp_accounting)")
+    d.add_argument("--dp-event", metavar="FILE", help="JSON of a DpEvent's named-tuple form (module_name, class_name, "
+                   "fields; nested events as objects)")
+    d.add_argument("--delta", type=_number("--delta", float), help="target delta in (0, 1) (required with --dp-event)")
+    d.add_argument("--unit", choices=("record", "task"), help="the privacy unit the event's sensitivity is per "
+                   "(default record)")
+    d.add_argument("--relation", choices=("add_remove", "substitute"), help="neighbouring relation (default: "
+                   "substitute if the event samples without replacement, else add_remove)")
+    d.add_argument("--noise-relative-to", choices=("norm_bound", "replace_one_sensitivity"),
+                   help="what the event's noise multipliers are relative to: the per-record norm bound C, as "
+                        "dp-accounting documents (default), or the replace-one sensitivity 2C, as its REPLACE_ONE "
+                        "accountants compute with (dp-accounting issue #378)")
 
     t = sub.add_parser("cite", help="BibTeX for every theorem a plan's report uses, and LaTeX stating its guarantee",
                        epilog=_EXAMPLES["cite"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,6 +177,11 @@ def _emit(report, args) -> None:
 def _cmd_plan(args) -> None:
     from metadp.plan import default_plan, load_plan, plan_epsilon
 
+    if args.dp_event is not None:
+        return _cmd_plan_dp_event(args)
+    for flag in ("--delta", "--unit", "--relation", "--noise-relative-to"):
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            raise ValueError(f"{flag} applies only with --dp-event FILE (a plan file states it)")
     if args.overwrite and not args.plot:
         raise ValueError("--overwrite applies only with --plot FILE")
     if args.plot:  # before the accounting and the printed report, not after
@@ -182,6 +201,30 @@ def _cmd_plan(args) -> None:
         plot_plan(plan, args.plot, report=report, overwrite=args.overwrite)
         print(f"figure: {args.plot} (certified epsilon over steps{' and units' if report.other_units else ''})",
               file=sys.stderr)
+
+
+def _cmd_plan_dp_event(args) -> None:
+    from metadp.integrations._event_report import event_report
+    from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
+
+    for given, flag in ((args.file, "a plan FILE"), (args.plot, "--plot"), (args.overwrite, "--overwrite"),
+                        (args.latex, "--latex")):
+        if given:
+            raise ValueError(f"{flag} does not go with --dp-event (give a plan file or a dp-accounting event)")
+    if args.delta is None:
+        raise ValueError("--delta is required with --dp-event (a dp-accounting event carries no delta)")
+    if not 0.0 < args.delta < 1.0:
+        raise ValueError(f"--delta must be in (0, 1), got {args.delta:g}")
+    reading = args.noise_relative_to or "norm_bound"
+    try:
+        event = from_dp_event(load_dp_event(args.dp_event), noise_relative_to=reading)
+    except ValueError as err:
+        raise ValueError(f"--dp-event: {err}") from None
+    relation = args.relation or default_relation(event)
+    report = event_report(event, args.delta, unit=args.unit or "record", relation=relation,
+                          accountant=args.accountant or "all", name=f"dp-accounting event {args.dp_event}",
+                          assumptions=conversion_assumptions(reading, relation))
+    print(report.to_json() if args.json else report.to_table())
 
 
 def _cmd_cite(args) -> None:

@@ -35,7 +35,8 @@ _EXAMPLES = ("examples (each well under a minute on 2 cores):\n"
              "  metadp verify dp-pix --epsilon 1 --cell 4 --claim-epsilon 0.5 --samples 200000   (VIOLATION)\n"
              "  metadp verify poisson --rate 0.5 --noise 1 --steps 3 --epsilons 0.5,1\n"
              "  metadp verify plan examples/dp_fedmeta_one_pass_shuffle.toml --samples 100000\n"
-             "  metadp verify --crosscheck examples/dp_sgd_mnist.toml\n\n"
+             "  metadp verify --crosscheck examples/dp_sgd_mnist.toml\n"
+             "  metadp verify --crosscheck dp_event.json --delta 1e-6     (a dp-accounting event)\n\n"
              "exit status: 0 consistent (no violation found, with at least the draws the planner needs for\n"
              "  --power); 1 VIOLATION (or --crosscheck: the libraries disagree); 2 bad input; 3 inconclusive\n"
              "  (no violation found with fewer draws than the planner needs, or --crosscheck: nothing was\n"
@@ -59,7 +60,9 @@ def add_verify_parser(sub, number, formatter) -> None:
                    help="the mechanism to run (true parameters below; the claim defaults to the same), or 'plan FILE': "
                         "the plan's sampled, composed pipeline with a canary against the plan's certified profile")
     v.add_argument("file", nargs="?", help="plan: the TOML plan file")
-    v.add_argument("--crosscheck", metavar="PLAN", help="run every accountant and library on a plan file and compare")
+    v.add_argument("--crosscheck", metavar="PLAN", help="run every accountant and library on a plan file (.toml) or a "
+                   "dp-accounting event (.json, its named-tuple form; needs --delta) and compare")
+    v.add_argument("--delta", type=number("--delta", float), help="--crosscheck EVENT.json: the delta to compare at")
     v.add_argument("--noise", type=number("--noise", float), help="true Gaussian noise multiplier")
     v.add_argument("--claim-noise", type=number("--claim-noise", float), help="claimed noise multiplier (default: --noise)")
     v.add_argument("--scale", type=number("--scale", float), help="true Laplace scale (sensitivity 1)")
@@ -126,9 +129,15 @@ def _check_input(args) -> None:
     for flag, mechanisms in _MECHANISM_FLAGS.items():
         if getattr(args, flag[2:].replace("-", "_")) is not None and args.mechanism not in mechanisms:
             raise ValueError(f"{flag} applies to metadp verify {' and '.join(mechanisms)}, not to {what}")
+    event_file = bool(args.crosscheck) and args.crosscheck.lower().endswith(".json")
+    if args.delta is not None and not event_file:
+        raise ValueError("--delta applies only to --crosscheck EVENT.json (a plan file states its delta)")
     if args.crosscheck:
         if not Path(args.crosscheck).is_file():
-            raise ValueError(f"--crosscheck {args.crosscheck!r}: no such plan file")
+            raise ValueError(f"--crosscheck {args.crosscheck!r}: no such {'file' if event_file else 'plan file'}")
+        if event_file and (args.delta is None or not 0.0 < args.delta < 1.0):
+            given = "is missing" if args.delta is None else f"must be in (0, 1), got {args.delta:g}"
+            raise ValueError(f"--delta {given}: --crosscheck EVENT.json needs the delta to compare at")
         return
     if args.mechanism == "plan":
         if not args.file:
@@ -391,9 +400,10 @@ def run_verify(args) -> int:
     """
     _check_input(args)
     if args.crosscheck:
-        from metadp.verify.crosscheck import crosscheck_plan
+        from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
 
-        table = crosscheck_plan(args.crosscheck)
+        table = (crosscheck_dp_event(args.crosscheck, args.delta) if args.crosscheck.lower().endswith(".json")
+                 else crosscheck_plan(args.crosscheck))
         print(json.dumps(table.to_dict(), indent=2) if args.json else table.to_table())
         return {"all agree": 0, "DISAGREEMENT": 1}.get(table.verdict, 3)
     return _audit_command(args)

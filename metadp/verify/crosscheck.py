@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 from metadp.accounting import events as ev
 from metadp.report import format_lower, format_upper
 
-__all__ = ["CrossCheckRow", "CrossCheckTable", "crosscheck_plan"]
+__all__ = ["CrossCheckRow", "CrossCheckTable", "crosscheck_plan", "crosscheck_dp_event"]
 
 _LIBRARIES = ("dp-accounting", "prv-accountant")  # the rows' sources start with these names
 
@@ -154,6 +154,15 @@ def crosscheck_plan(path) -> CrossCheckTable:
         rows.append(CrossCheckRow("metadp PLD", None, None, "", None, str(err).split(":")[-1].strip()))
     d_rdp, d_pld, d_note = _dp_accounting(plan, step)
     p_low, p_up, p_note = _prv(plan, step)
+    pld_note = "not run: fixed-size sampling" if d_rdp is not None and d_pld is None else ""
+    return _table(plan.name, plan.delta, rows, m_rdp, m_pld, (d_rdp, d_pld, d_note, pld_note), (p_low, p_up, p_note))
+
+
+def _table(name, delta, rows, m_rdp, m_pld, dp, prv) -> CrossCheckTable:
+    """The rows comparing metadp's (RDP epsilon, PLD interval or None) with dp-accounting's
+    (rdp, pld, note, pld note) and prv-accountant's (lower, upper, note) numbers."""
+    d_rdp, d_pld, d_note, pld_note = dp
+    p_low, p_up, p_note = prv
     rows.insert(0, CrossCheckRow("metadp RDP", m_rdp, None, "in [0.99, 1] x dp-accounting RDP",
                                  None if d_rdp is None else bool(0.99 * d_rdp <= m_rdp <= d_rdp * (1 + 1e-9))))
     if m_pld is not None:
@@ -168,6 +177,49 @@ def crosscheck_plan(path) -> CrossCheckTable:
         rows.insert(1, CrossCheckRow("metadp PLD (certified interval)", m_pld[1], m_pld[0], text, all(checks)))
     rows.append(CrossCheckRow("dp-accounting RDP", d_rdp, None, "reference", None, d_note))
     rows.append(CrossCheckRow("dp-accounting PLD (1e-4)", d_pld, None, "reference (pessimistic estimate)", None,
-                              d_note or ("not run: fixed-size sampling" if d_rdp is not None and d_pld is None else "")))
+                              d_note or pld_note))
     rows.append(CrossCheckRow("prv-accountant (eps_error 0.01)", p_up, p_low, "reference interval", None, p_note))
-    return CrossCheckTable(plan.name, plan.delta, tuple(rows))
+    return CrossCheckTable(name, delta, tuple(rows))
+
+
+def crosscheck_dp_event(path, delta: float, *, noise_relative_to: str = "norm_bound") -> CrossCheckTable:
+    """The agreement table for a dp-accounting event read from JSON (``metadp.integrations.dp_accounting``).
+
+    The relation is substitution if the event samples without replacement, else add/remove. dp-accounting
+    runs on the event converted back from metadp's, under ``ADD_OR_REMOVE_ONE`` or ``REPLACE_ONE``; under
+    ``REPLACE_ONE`` with the multipliers halved (relative to the 2C replace-one sensitivity, which its
+    accountants assume: its issue #378), so both libraries analyse the same mechanism. prv-accountant is
+    not run (it covers Poisson plan files only here).
+    """
+    from metadp.accounting import RdpAccountant, UnsupportedEventError
+    from metadp.accounting.pld import PldAccountant
+    from metadp.integrations.dp_accounting import default_relation, from_dp_event, load_dp_event, to_dp_event
+
+    event = from_dp_event(load_dp_event(path), noise_relative_to=noise_relative_to)
+    relation, rows = default_relation(event), []
+    m_rdp = RdpAccountant(relation).compose(event).get_epsilon(delta)
+    try:
+        bounds = PldAccountant(relation).compose(event).get_epsilon_bounds(delta)
+        m_pld: Optional[Tuple[float, float]] = (bounds.epsilon_lower, bounds.epsilon_upper)
+    except UnsupportedEventError as err:
+        m_pld = None
+        rows.append(CrossCheckRow("metadp PLD", None, None, "", None, str(err).split(":")[-1].strip()))
+    try:
+        import dp_accounting
+        from dp_accounting.pld import pld_privacy_accountant
+        from dp_accounting.rdp import rdp_privacy_accountant
+    except ImportError:
+        dp = (None, None, "dp-accounting not installed (pip install \"metadp[crosscheck]\")", "")
+    else:
+        substitute = relation == "substitute"
+        dp_event = to_dp_event(event, noise_relative_to="replace_one_sensitivity" if substitute else "norm_bound")
+        neighbours = dp_accounting.NeighboringRelation.REPLACE_ONE if substitute else \
+            dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+        rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=neighbours)
+        pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=neighbours, value_discretization_interval=1e-4)
+        d_rdp = rdp.compose(dp_event).get_epsilon(delta) if rdp.supports(dp_event) else None
+        d_pld = pld.compose(dp_event).get_epsilon(delta) if pld.supports(dp_event) else None
+        dp = (d_rdp, d_pld, "" if d_rdp is not None else "dp-accounting RDP does not support this event",
+              "" if d_pld is not None else "dp-accounting PLD does not support this event")
+    name = f"{path} ({relation.replace('_', '/')})"
+    return _table(name, delta, rows, m_rdp, m_pld, dp, (None, None, "prv-accountant: plan files only"))
