@@ -42,14 +42,14 @@ def _extend(children):
 dp_events = st.recursive(_leaves, _extend, max_leaves=12)
 
 
-@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@settings(max_examples=80, deadline=None, database=None, derandomize=True)
 @given(dp_events, st.sampled_from(READINGS))
 def test_round_trip_is_exact_for_every_supported_event(event, reading):
     converted = from_dp_event(event, noise_relative_to=reading)
     assert to_dp_event(converted, noise_relative_to=reading) == event
 
 
-@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@settings(max_examples=40, deadline=None, database=None, derandomize=True)
 @given(dp_events)
 def test_json_named_tuple_form_round_trips(event):
     text = json.dumps(dp_event_to_dict(event), allow_nan=False)  # strict JSON: infinity is written "inf"

@@ -66,7 +66,7 @@ def _releases(event) -> int:
     return sum(e.count for e in event.events if not isinstance(e.event, de.NoOpDpEvent))
 
 
-@settings(max_examples=8, deadline=None, database=None, derandomize=True, phases=NO_SHRINK)
+@settings(max_examples=6, deadline=None, database=None, derandomize=True, phases=NO_SHRINK)
 @given(_plans(_add_remove_steps, 20))
 def test_add_remove_pld_interval_brackets_dp_accounting_pld(event):
     dp_acc = dp_pld.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=H)
@@ -92,7 +92,6 @@ def _replace_one_rdp(event, delta=DELTA):
 
 @pytest.mark.parametrize("n, m, s, steps, same_theorem", [
     (100, 10, 1.0, 50, True),
-    (1000, 100, 0.6, 30, True),
     (100, 50, 2.0, 10, False),  # dp-accounting's Thm 27 term is the smaller: metadp 8.983 vs 7.620
 ])
 def test_replace_one_fixed_size_rdp_against_dp_accounting(n, m, s, steps, same_theorem):

@@ -1,0 +1,223 @@
+"""metadp as an Opacus accountant (``pip install "metadp[opacus]"``; tested with Opacus 1.6.0).
+
+Importing this module registers ``MetadpAccountant`` in Opacus's accountant registry under the name
+``"metadp"``, so Opacus's own entry points use it unchanged::
+
+    import metadp.integrations.opacus  # noqa: F401  (registers "metadp")
+    engine = PrivacyEngine(accountant="metadp")
+    model, optimizer, loader = engine.make_private_with_epsilon(..., target_epsilon=1.0, target_delta=1e-6)
+    engine.get_epsilon(1e-6)                        # metadp's certified PLD upper bound
+    engine.accountant.get_epsilon_bounds(1e-6)      # the certified interval [lower, upper]
+
+What changes: ``get_epsilon(delta)`` is the certified upper bound of metadp's PLD accountant
+(``metadp.accounting.pld``; every truncation and a float rounding allowance charged to delta) for the
+history Opacus records, each ``(noise_multiplier, sample_rate, num_steps)`` being
+``SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), num_steps)``, and
+``get_epsilon_bounds`` gives the interval it is certified in. What does not: the history, the
+optimizer hook, the state dict (``{"history": ..., "mechanism": "metadp"}``), and the assumption that
+every step's batch is a Poisson sample at rate ``1 / len(data_loader)`` (add/remove neighbours, one
+record = one unit, per-sample gradients clipped to the clip norm).
+
+An accountant cannot check that assumption: Opacus gives it ``(noise_multiplier, sample_rate)`` per
+step and nothing about the loader. ``make_private_checked`` does: it inspects the loader before and
+after ``make_private`` and refuses a run whose batches the Poisson number would not cover
+(``poisson_sampling=False`` with a shuffled, sequential or weighted loader); ``describe_sampling`` and
+``require_poisson`` (``metadp.integrations.sampling_check``) check any loader.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections import OrderedDict
+from typing import Optional
+
+from metadp.accounting import Composed, Gaussian, PoissonSampled, SelfComposed
+from metadp.accounting.calibration import calibrate_noise
+from metadp.accounting.pld import PldAccountant
+from metadp.integrations.sampling_check import (LoaderSampling, PoissonAssumptionWarning, describe_sampling,
+                                                require_poisson)
+
+try:
+    from opacus.accountants import IAccountant, create_accountant, register_accountant
+except ImportError as _err:  # pragma: no cover - exercised only without opacus
+    raise ImportError('metadp.integrations.opacus needs Opacus: pip install "metadp[opacus]" (install the torch '
+                      "build you want first, e.g. pip install torch==2.13.0 for the CPU one)") from _err
+
+__all__ = ["NAME", "MetadpAccountant", "make_private_checked", "noise_multiplier_for_epsilon", "describe_sampling",
+           "require_poisson", "LoaderSampling", "PoissonAssumptionWarning"]
+
+NAME = "metadp"
+_CACHE_SIZE = 256  # distinct (history, delta) queries kept: a bisection asks ~20, training re-asks the same
+
+
+def _check_entry(where: str, noise_multiplier, sample_rate, num_steps) -> tuple:
+    """One history entry, checked: (float noise > 0, float rate in [0, 1], int steps >= 0)."""
+    for name, value in (("noise_multiplier", noise_multiplier), ("sample_rate", sample_rate)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+            raise ValueError(f"{where}: {name} must be a real number, got {value!r}")
+    if not noise_multiplier > 0:
+        raise ValueError(f"{where}: noise_multiplier must be > 0 (metadp certifies noisy training; 0 releases the "
+                         f"clipped gradients as they are, epsilon infinite), got {noise_multiplier!r}")
+    if not 0.0 <= sample_rate <= 1.0:
+        raise ValueError(f"{where}: sample_rate must be in [0, 1] (a Poisson sampling probability), got {sample_rate!r}")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 0:
+        raise ValueError(f"{where}: num_steps must be an integer >= 0, got {num_steps!r}")
+    return float(noise_multiplier), float(sample_rate), int(num_steps)
+
+
+class MetadpAccountant(IAccountant):
+    """Opacus accountant whose epsilon is metadp's certified PLD upper bound (module docstring).
+
+    Opacus builds it with no arguments (``PrivacyEngine(accountant="metadp")``). Its PLD accountant
+    refines to a relative interval width of 5e-3 without a time limit, so the same history gives the
+    same number on any machine; results are cached per (history, delta).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.history = []  # [(noise_multiplier, sample_rate, num_steps)], as Opacus's accountants keep it
+        self._cache: "OrderedDict[tuple, object]" = OrderedDict()
+
+    @classmethod
+    def mechanism(cls) -> str:
+        return NAME
+
+    def __len__(self) -> int:
+        return len(self.history)
+
+    def step(self, *, noise_multiplier: float, sample_rate: float):
+        """Records one optimizer step (merged into the last entry when its parameters are the same).
+
+        Raises:
+            ValueError: for noise_multiplier <= 0 or a sample_rate outside [0, 1], before recording it.
+        """
+        noise_multiplier, sample_rate, _ = _check_entry("step", noise_multiplier, sample_rate, 1)
+        if self.history and tuple(self.history[-1][:2]) == (noise_multiplier, sample_rate):
+            self.history[-1] = (noise_multiplier, sample_rate, self.history[-1][2] + 1)
+        else:
+            self.history.append((noise_multiplier, sample_rate, 1))
+
+    def _entries(self) -> tuple:
+        if not isinstance(self.history, (list, tuple)):
+            raise ValueError(f"history must be a list of (noise_multiplier, sample_rate, num_steps), got "
+                             f"{type(self.history).__name__}")
+        entries = []
+        for i, entry in enumerate(self.history):
+            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+                raise ValueError(f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), got {entry!r}")
+            entries.append(_check_entry(f"history[{i}]", *entry))
+        return tuple(entries)
+
+    def event(self):
+        """The metadp event of the history: a composition of Poisson-subsampled Gaussian steps."""
+        return Composed(tuple(SelfComposed(PoissonSampled(q, Gaussian(z)), t) for z, q, t in self._entries()))
+
+    def get_epsilon_bounds(self, delta: float):
+        """The certified interval (``PldResult``: ``epsilon_lower``, ``epsilon_upper``, ``notes``) at ``delta``.
+
+        Raises:
+            ValueError: for delta outside (0, 1), or a history entry with noise_multiplier <= 0, a
+                sample_rate outside [0, 1] or a negative or fractional num_steps (naming the entry).
+        """
+        key = (self._entries(), delta)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        result = PldAccountant(max_seconds=math.inf).compose(self.event()).get_epsilon_bounds(delta)
+        self._cache[key] = result
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return result
+
+    def get_epsilon(self, delta: float, **kwargs) -> float:
+        """Certified epsilon (upper bound) spent so far at ``delta``.
+
+        ``kwargs`` are accepted and ignored: ``make_private_with_epsilon`` forwards its extra keyword
+        arguments (meant for the optimizer) to every accountant's ``get_epsilon``.
+        """
+        return self.get_epsilon_bounds(delta).epsilon_upper
+
+    def load_state_dict(self, state_dict):
+        """Loads ``{"history": ..., "mechanism": "metadp"}``, checking every history entry first."""
+        history = state_dict.get("history") if isinstance(state_dict, dict) else None
+        if isinstance(history, (list, tuple)):
+            for i, entry in enumerate(history):
+                if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+                    raise ValueError(f"state_dict history[{i}] must be (noise_multiplier, sample_rate, num_steps), "
+                                     f"got {entry!r}")
+                _check_entry(f"state_dict history[{i}]", *entry)
+        super().load_state_dict(state_dict)
+        self.history = [tuple(entry) for entry in self.history]
+
+
+def _register() -> None:
+    try:
+        register_accountant(NAME, MetadpAccountant)
+    except ValueError:  # already registered: by this module (imported again, reloaded) or by someone else
+        existing = type(create_accountant(NAME))
+        if (existing.__module__, existing.__qualname__) != (__name__, MetadpAccountant.__qualname__):
+            raise ValueError(f"Opacus already has an accountant named {NAME!r} ({existing.__module__}."
+                             f"{existing.__qualname__}); metadp does not overwrite it") from None
+        register_accountant(NAME, MetadpAccountant, force=True)
+
+
+_register()
+
+
+def noise_multiplier_for_epsilon(*, target_epsilon: float, target_delta: float, sample_rate: float,
+                                 steps: Optional[int] = None, epochs: Optional[float] = None) -> float:
+    """The smallest noise multiplier (to relative 1e-4) whose certified PLD epsilon after ``steps`` Poisson
+    steps at ``sample_rate`` is <= ``target_epsilon`` (as Opacus's ``get_noise_multiplier``, which bisects
+    to an epsilon tolerance of 0.01; ``steps = int(epochs / sample_rate)`` as Opacus counts them).
+
+    Raises:
+        ValueError: for both or neither of steps and epochs, or a target no multiplier in [1e-6, 1e6] meets.
+    """
+    if (steps is None) == (epochs is None):
+        raise ValueError("give exactly one of steps and epochs")
+    _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, 0)
+    if steps is None:
+        if not (isinstance(epochs, numbers.Real) and epochs > 0 and sample_rate > 0):
+            raise ValueError(f"epochs must be > 0 with a sample_rate > 0, got epochs {epochs!r}, sample_rate {sample_rate!r}")
+        steps = int(epochs / sample_rate)
+    _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, steps)
+    return calibrate_noise(lambda z: SelfComposed(PoissonSampled(sample_rate, Gaussian(z)), steps),
+                           target_epsilon, target_delta, accountant="pld")
+
+
+def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool = True, **kwargs):
+    """Opacus's ``make_private`` (or ``make_private_with_epsilon`` when ``target_epsilon`` is given),
+    refusing a run whose batches the accountant's Poisson epsilon would not cover.
+
+    Before anything is changed: with ``poisson_sampling=False`` the loader is used as it is, so it must
+    itself be a Poisson loader (``require_poisson``); with ``poisson_sampling=True`` Opacus installs one at
+    rate ``1 / len(data_loader)``, and a ``PoissonAssumptionWarning`` says when that differs from what the
+    loader did (weights dropped, Opacus #600; an expected batch more than 10% away from the loader's
+    batch size, as in Opacus #813; a sampler it cannot read). After: the
+    returned loader is checked again. Any accountant benefits; the check is about the loader.
+
+    Returns:
+        What Opacus returns (module, optimizer, [criterion,] data_loader).
+
+    Raises:
+        ValueError: the loader's batches are not Poisson samples at the charged rate (the message says
+            what the loader does and what to use instead).
+    """
+    before = describe_sampling(data_loader)
+    if not poisson_sampling:
+        require_poisson(data_loader)
+    elif before.kind != "poisson":
+        n, b, q = before.dataset_size, before.batch_size, before.accounted_rate
+        expected = q * n if (n and q) else None
+        if before.kind in ("weighted", "unknown") or (expected and b and abs(expected - b) > 0.1 * b):
+            size = f"; expected batch {expected:.4g} records where the loader's batch size is {b}" if expected and b else ""
+            warnings.warn(f"data_loader ({before.kind}, {before.sampler}) is replaced by Opacus's Poisson loader at "
+                          f"rate 1/len(data_loader) = {q if q is None else format(q, '.6g')}{size}"
+                          + ("; the sampler's weights are dropped (Opacus issue #600)" if before.kind == "weighted" else ""),
+                          PoissonAssumptionWarning, stacklevel=2)
+    method = privacy_engine.make_private_with_epsilon if "target_epsilon" in kwargs else privacy_engine.make_private
+    out = method(data_loader=data_loader, poisson_sampling=poisson_sampling, **kwargs)
+    require_poisson(out[-1])
+    return out
