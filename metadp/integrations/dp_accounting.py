@@ -54,10 +54,8 @@ directly, so ``metadp plan --dp-event FILE.json`` needs no dp-accounting install
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
-from pathlib import Path
 from typing import Any, Dict, Mapping
 
 from metadp.accounting import (
@@ -73,13 +71,12 @@ from metadp.accounting import (
     PoissonSampled,
     SelfComposed,
 )
+from metadp.integrations._dp_event_json import KEYS, MODULE, dp_event_from_dict, dp_event_to_dict, load_dp_event
 
 __all__ = ["NOISE_READINGS", "UnsupportedDpEventError", "from_dp_event", "to_dp_event", "to_dp_event_dict",
            "dp_event_to_dict", "dp_event_from_dict", "load_dp_event", "default_relation", "conversion_assumptions"]
 
-MODULE = "dp_accounting.dp_event"
 NOISE_READINGS = ("norm_bound", "replace_one_sensitivity")
-_KEYS = ("module_name", "class_name")
 _MAX_COUNT = 2**53  # metadp's largest composition count (float64 holds every whole number up to it)
 
 # dp-accounting event classes that map to metadp events, with their fields in dp-accounting's order
@@ -164,11 +161,12 @@ def _from(x, path: str, k: float) -> Event:
     if not isinstance(name, str):
         raise ValueError(f"{path}.class_name must name a dp-accounting event class, got {name!r}")
     if d.get("module_name") != MODULE:
-        raise ValueError(f"{path}.module_name must be {MODULE!r} (dp-accounting's events), got {d.get('module_name')!r}")
+        raise ValueError(f"{path}.module_name must be {MODULE!r} (dp-accounting's events), "
+                         f"got {d.get('module_name')!r}")
     if name not in _FIELDS:
         raise _unsupported_dp(name, path)
     fields = _FIELDS[name]
-    extra = [key for key in d if key not in fields and key not in _KEYS]
+    extra = [key for key in d if key not in fields and key not in KEYS]
     missing = [key for key in fields if key not in d]
     if extra or missing:
         what = f"{extra[0]} is not a field" if extra else f"{missing[0]} is missing"
@@ -206,7 +204,8 @@ def _number(d: Mapping, field: str, path: str, *, low: float, high: float = math
     x = math.inf if value == "inf" else value
     kind = "an integer" if integer else "a number"
     allowed = f"{'(' if low_open else '['}{low:g}, {high:g}{']' if math.isfinite(high) or allow_inf else ')'}"
-    if isinstance(x, bool) or not isinstance(x, numbers.Real) or (integer and isinstance(x, float) and not x.is_integer()):
+    fractional = integer and isinstance(x, float) and not x.is_integer()
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or fractional:
         raise ValueError(f"{path}.{field} must be {kind} in {allowed}, got {value!r}")
     x = float(x)
     if math.isnan(x) or x < low or x > high or (low_open and x == low) or (math.isinf(x) and not allow_inf):
@@ -277,101 +276,6 @@ def to_dp_event(event: Event, *, noise_relative_to: str = "norm_bound"):
     supported dp-accounting event ``e`` (tested with Hypothesis). See ``to_dp_event_dict``.
     """
     return dp_event_from_dict(to_dp_event_dict(event, noise_relative_to=noise_relative_to))
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON (named-tuple form)
-
-
-def dp_event_to_dict(dp_event) -> Dict[str, Any]:
-    """The JSON-safe dict of a ``DpEvent``'s named-tuple form (``to_named_tuple()``), nested events as
-    dicts, infinity as ``"inf"``. Any DpEvent class works here, also one metadp cannot convert."""
-    if not hasattr(dp_event, "to_named_tuple"):
-        raise ValueError(f"dp_event must be a dp-accounting DpEvent, got {type(dp_event).__name__}")
-    return _plain(dp_event.to_named_tuple(), "dp_event")
-
-
-def _plain(value, path: str):
-    if hasattr(value, "_fields") and hasattr(value, "_asdict"):
-        return {key: _plain(v, f"{path}.{key}") for key, v in value._asdict().items()}
-    if isinstance(value, Mapping):
-        return {str(key): _plain(v, f"{path}.{key}") for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, float) and math.isnan(value):
-        raise ValueError(f"{path} is nan, which no event allows")
-    if isinstance(value, float) and math.isinf(value):
-        if value < 0:
-            raise ValueError(f"{path} is -inf, which no event allows")
-        return "inf"
-    if isinstance(value, (str, bool, numbers.Integral)) or value is None:
-        return value
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise ValueError(f"{path} has a value of type {type(value).__name__}, which JSON cannot hold")
-
-
-def dp_event_from_dict(d: Mapping):
-    """The ``DpEvent`` a dict of its named-tuple form describes (the inverse of ``dp_event_to_dict``).
-
-    Only classes of ``dp_accounting.dp_event`` are built (a file never names a module to import).
-
-    Raises:
-        ImportError: if dp-accounting is not installed.
-        ValueError: for another module, an unknown class, or a missing or unknown field, naming its path.
-    """
-    try:
-        from dp_accounting import dp_event as dp_events
-    except ImportError as err:
-        raise ImportError('building a DpEvent needs dp-accounting: pip install "metadp[crosscheck]"') from err
-    return _build(d, "dp_event", dp_events)
-
-
-def _build(value, path: str, dp_events):
-    if isinstance(value, Mapping) and "class_name" in value:
-        name, module = value.get("class_name"), value.get("module_name")
-        if module != MODULE:
-            raise ValueError(f"{path}.module_name must be {MODULE!r}, got {module!r}")
-        cls = getattr(dp_events, name, None) if isinstance(name, str) else None
-        if not (isinstance(cls, type) and issubclass(cls, dp_events.DpEvent)):
-            raise ValueError(f"{path}.class_name {name!r} is not an event class of {MODULE}")
-        fields = [a.name for a in cls.__attrs_attrs__]
-        extra = [key for key in value if key not in fields and key not in _KEYS]
-        missing = [key for key in fields if key not in value]
-        if extra or missing:
-            what = f"{extra[0]} is not a field" if extra else f"{missing[0]} is missing"
-            raise ValueError(f"{path}.{what} ({name} has: {', '.join(fields) or 'no fields'})")
-        return cls(**{key: _build(value[key], f"{path}.{key}", dp_events) for key in fields})
-    if isinstance(value, Mapping):
-        raise ValueError(f"{path} is a dict without class_name: nested events need module_name and class_name")
-    if isinstance(value, list):
-        return [_build(v, f"{path}[{i}]", dp_events) for i, v in enumerate(value)]
-    return math.inf if value == "inf" else value
-
-
-def load_dp_event(path) -> Dict[str, Any]:
-    """Reads a dp-accounting event from a JSON file (the dict of its named-tuple form).
-
-    Raises:
-        ValueError: naming the file, if it is missing, unreadable, not JSON, or not an event's dict.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"dp event file {str(p)!r} {'is not a file' if p.exists() else 'does not exist'}")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"dp event file {str(p)!r} is not UTF-8 text (JSON is expected)") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"dp event file {str(p)!r} is not valid JSON: {err.msg} (line {err.lineno}, "
-                         f"column {err.colno})") from None
-    except OSError as err:
-        raise ValueError(f"dp event file {str(p)!r} cannot be read: {err.strerror or err}") from None
-    if not isinstance(data, dict) or "class_name" not in data:
-        raise ValueError(f"dp event file {str(p)!r} must hold one JSON object with module_name and class_name "
-                         "(a DpEvent's named-tuple form, as metadp.integrations.dp_accounting.dp_event_to_dict "
-                         "writes it)")
-    return data
 
 
 def default_relation(event: Event) -> str:

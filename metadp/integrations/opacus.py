@@ -61,7 +61,8 @@ def _check_entry(where: str, noise_multiplier, sample_rate, num_steps) -> tuple:
         raise ValueError(f"{where}: noise_multiplier must be > 0 (metadp certifies noisy training; 0 releases the "
                          f"clipped gradients as they are, epsilon infinite), got {noise_multiplier!r}")
     if not 0.0 <= sample_rate <= 1.0:
-        raise ValueError(f"{where}: sample_rate must be in [0, 1] (a Poisson sampling probability), got {sample_rate!r}")
+        raise ValueError(f"{where}: sample_rate must be in [0, 1] (a Poisson sampling probability), "
+                         f"got {sample_rate!r}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 0:
         raise ValueError(f"{where}: num_steps must be an integer >= 0, got {num_steps!r}")
     return float(noise_multiplier), float(sample_rate), int(num_steps)
@@ -180,7 +181,8 @@ def noise_multiplier_for_epsilon(*, target_epsilon: float, target_delta: float, 
     _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, 0)
     if steps is None:
         if not (isinstance(epochs, numbers.Real) and epochs > 0 and sample_rate > 0):
-            raise ValueError(f"epochs must be > 0 with a sample_rate > 0, got epochs {epochs!r}, sample_rate {sample_rate!r}")
+            raise ValueError(f"epochs must be > 0 with a sample_rate > 0, got epochs {epochs!r}, "
+                             f"sample_rate {sample_rate!r}")
         steps = int(epochs / sample_rate)
     _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, steps)
     return calibrate_noise(lambda z: SelfComposed(PoissonSampled(sample_rate, Gaussian(z)), steps),
@@ -212,11 +214,11 @@ def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool 
         n, b, q = before.dataset_size, before.batch_size, before.accounted_rate
         expected = q * n if (n and q) else None
         if before.kind in ("weighted", "unknown") or (expected and b and abs(expected - b) > 0.1 * b):
-            size = f"; expected batch {expected:.4g} records where the loader's batch size is {b}" if expected and b else ""
+            size = f"; expected batch {expected:.4g} records where the loader's is {b}" if expected and b else ""
+            dropped = "; the sampler's weights are dropped (Opacus issue #600)" if before.kind == "weighted" else ""
+            rate = "unknown" if q is None else format(q, ".6g")
             warnings.warn(f"data_loader ({before.kind}, {before.sampler}) is replaced by Opacus's Poisson loader at "
-                          f"rate 1/len(data_loader) = {q if q is None else format(q, '.6g')}{size}"
-                          + ("; the sampler's weights are dropped (Opacus issue #600)" if before.kind == "weighted" else ""),
-                          PoissonAssumptionWarning, stacklevel=2)
+                          f"rate 1/len(data_loader) = {rate}{size}{dropped}", PoissonAssumptionWarning, stacklevel=2)
     method = privacy_engine.make_private_with_epsilon if "target_epsilon" in kwargs else privacy_engine.make_private
     out = method(data_loader=data_loader, poisson_sampling=poisson_sampling, **kwargs)
     require_poisson(out[-1])

@@ -50,7 +50,8 @@ def test_plan_reports_the_certified_pld_bound_of_the_event(write, capsys):
     code, out, err = run(["plan", "--dp-event", write(POISSON), "--delta", "1e-6", "--json"], capsys)
     assert code == 0, err
     report = json.loads(out)
-    expected = PldAccountant(max_seconds=math.inf).compose(SelfComposed(PoissonSampled(0.004, Gaussian(1.0)), 250)).get_epsilon_bounds(1e-6)
+    event = SelfComposed(PoissonSampled(0.004, Gaussian(1.0)), 250)
+    expected = PldAccountant(max_seconds=math.inf).compose(event).get_epsilon_bounds(1e-6)
     assert report["epsilon"] == pytest.approx(expected.epsilon_upper, rel=1e-12)
     assert report["epsilon_lower"] == pytest.approx(expected.epsilon_lower, rel=1e-12)
     assert (report["accountant"], report["relation"], report["unit"], report["bound"]) == \
@@ -119,7 +120,8 @@ def test_verify_crosscheck_of_an_event_file(write, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["verify", "--crosscheck", "{event}"], "--delta is missing"),
     (["verify", "--crosscheck", "{event}", "--delta", "1.5"], "--delta must be in (0, 1)"),
-    (["verify", "--crosscheck", "examples/dp_sgd_mnist.toml", "--delta", "1e-6"], "--delta applies only to --crosscheck"),
+    (["verify", "--crosscheck", "examples/dp_sgd_mnist.toml", "--delta", "1e-6"],
+     "--delta applies only to --crosscheck"),
     (["verify", "gaussian", "--noise", "1", "--delta", "1e-6"], "--delta applies only to --crosscheck"),
 ])
 def test_verify_delta_is_for_event_files_only(write, capsys, argv, message):

@@ -104,13 +104,16 @@ def test_randomized_response_and_mixture_say_why():
 
 
 @pytest.mark.parametrize("event, message", [
-    (de.PoissonSampledDpEvent(1.5, de.GaussianDpEvent(1.0)), r"dp_event\.sampling_probability must be a number in \[0, 1\], got 1\.5"),
-    (de.GaussianDpEvent(0.0), r"dp_event\.noise_multiplier must be a number in \(0, inf\], got 0\.0 \(.*NonPrivateDpEvent\)"),
+    (de.PoissonSampledDpEvent(1.5, de.GaussianDpEvent(1.0)),
+     r"dp_event\.sampling_probability must be a number in \[0, 1\], got 1\.5"),
+    (de.GaussianDpEvent(0.0),
+     r"dp_event\.noise_multiplier must be a number in \(0, inf\], got 0\.0 \(.*NonPrivateDpEvent\)"),
     (de.LaplaceDpEvent(-1.0), r"dp_event\.noise_multiplier must be a number"),
     (de.GaussianDpEvent(math.nan), r"dp_event\.noise_multiplier .* got nan"),
     (de.SelfComposedDpEvent(de.NoOpDpEvent(), 2.5), r"dp_event\.count must be an integer"),
     (de.SelfComposedDpEvent(de.NoOpDpEvent(), -1), r"dp_event\.count must be an integer"),
-    (de.SampledWithoutReplacementDpEvent(10, 11, de.NoOpDpEvent()), r"dp_event\.sample_size must be an integer in \[0, 10\]"),
+    (de.SampledWithoutReplacementDpEvent(10, 11, de.NoOpDpEvent()),
+     r"dp_event\.sample_size must be an integer in \[0, 10\]"),
     (de.SampledWithoutReplacementDpEvent(0, 0, de.NoOpDpEvent()), r"dp_event\.source_dataset_size"),
 ])
 def test_out_of_range_fields_name_their_path(event, message):
