@@ -18,7 +18,7 @@ from metadp import __version__
 _EXAMPLES = {
     "plan": ("examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex\n"
              "  metadp plan --accountant all\n"
-             "  metadp plan --dp-event dp_event.json --delta 1e-6     (a dp-accounting DpEvent as JSON)"),
+             "  metadp plan --dp-event examples/dp_sgd_mnist_dp_event.json --delta 1e-5     (a dp-accounting DpEvent as JSON)"),
     "epsilon": ("examples:\n  metadp epsilon --sampling poisson --rate 0.004 --noise 1 --steps 250 --delta 1e-6\n"
                 "  metadp epsilon --sampling fixed --batch 256 --population 60000 --noise 1.1 --steps 14062 --delta 1e-5"),
     "calibrate": ("examples:\n  metadp calibrate --target-epsilon 1 --delta 1e-6 --sampling poisson --rate 0.004 --steps 250\n"
