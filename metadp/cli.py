@@ -263,7 +263,7 @@ _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "cal
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point; returns the exit status (0 ok, 2 bad input)."""
+    """Entry point; returns the exit status (0 ok, 2 bad input, 130 interrupted by Ctrl-C)."""
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
@@ -272,6 +272,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         message = " ".join(str(err).split())  # exactly one line
         print(f"metadp: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C: one line (the trainer says where it stopped), status 130
+        print(f"metadp: {' '.join(str(err).split()) or 'interrupted'}", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into e.g. `head`: not an error of ours
         sys.stderr.close()
     return 0
