@@ -36,6 +36,8 @@ _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --de
              "  metadp train maml --data glyphs --steps 300 --out runs/glyphs\n"
              "  metadp train dp-agr --data glyphs --epsilon 2 --clip-policy quantile --out runs/agr\n"
              "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume\n"
+             "  metadp train dp-maml --data omniglot --epsilon 12 --delta 1e-5 --steps 800 --out runs/omni --resume "
+             "--resume-changed\n"
              "  metadp train protonet --data omniglot --obfuscation dp-pix --epsilon 3 --cell 4 --m 1 --denoiser "
              "--steps 1000 --out runs/proto")
 

@@ -396,6 +396,10 @@ class _Run:
         that view's event (the budget schedule composes one event; mixing would mis-state the spent
         budget)."""
         expected = {f"ledger-{v.key}.jsonl": v for v in self.views if v.event is not None}
+        missing = sorted(set(expected) - set(found))
+        if found and missing:  # a run creates all its ledgers at once: one is gone, with its spent budget
+            return (f"{', '.join(missing)} is missing while {', '.join(sorted(found))} is there: the releases it "
+                    "recorded would be forgotten (restore it)")
         for name, ledger in found.items():
             v = expected.get(name)
             if v is None:

@@ -158,6 +158,19 @@ def test_a_tampered_ledger_line_is_refused_naming_file_and_line(tmp_path, capsys
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files  # refused before anything was written
 
 
+def test_a_lost_ledger_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *SMALL, "--epsilon", "6", "--steps", "3", "--out", str(out)]
+    assert main(argv) == 0
+    (out / "ledger-record.jsonl").unlink()  # its releases would be forgotten if a new one were started
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ledger-record.jsonl is missing" in err[0]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+
 def test_a_lost_checkpoint_restarts_from_step_0_loudly_with_the_budget_kept(tmp_path, capsys):
     out = tmp_path / "run"
     # epsilon 2.9 allows 10 steps of 20 (2.855 after 10, PLD)
