@@ -337,7 +337,8 @@ _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "cal
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point; returns the exit status (0 ok, 2 bad input; a command may return its own, e.g. verify)."""
+    """Entry point; returns the exit status: 0 ok, 2 bad input, 130 interrupted (Ctrl-C); a command may return
+    its own (verify: 1 VIOLATION, 3 inconclusive)."""
     parser = _build_parser()
     status = 0
     try:
@@ -347,6 +348,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         message = " ".join(str(err).split())  # exactly one line
         print(f"metadp: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C: one line (the trainer says where it stopped), status 130
+        print(f"metadp: {' '.join(str(err).split()) or 'interrupted'}", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into e.g. `head`: not an error of ours
         sys.stderr.close()
     return status

@@ -8,8 +8,13 @@ prototypical networks on obfuscated images (``protonet``, ``metadp.training.prot
 With ``--epsilon`` and no noise given, the noise is calibrated so that the asked steps fit the budget
 of ``--unit`` (certified, PLD; ``metadp.training.trainer.calibrate``); with a noise given, the run stops
 at the last step within the budget. The run writes one ``ledger-<view>.jsonl`` per guarantee,
-``checkpoint.pt``, ``metrics.jsonl``, ``privacy_report.json`` (every view's epsilon) and
-``evaluation.json`` into ``--out``; ``--resume`` continues a killed run without forgetting spent budget.
+``checkpoint.pt``, ``metrics.jsonl``, ``privacy_report.json`` (every view's epsilon), ``evaluation.json``
+and ``run.json`` (its settings) into ``--out``; ``--resume`` continues a killed or interrupted run without
+forgetting spent budget, and refuses changed settings unless ``--resume-changed``.
+
+Bad input (``metadp.training.arguments``: flags; the data folder; the output folder) is refused with one
+line before anything is loaded or written; a flag that would not take effect is refused, never dropped.
+Ctrl-C stops with one line and status 130 (``trainer.TrainingInterrupted``).
 
 ``protonet`` trains on obfuscated images (``--obfuscation``; DP-Pix at ``--epsilon`` per image) with an
 optional jointly trained denoiser and writes ``metrics.jsonl``, ``model.pt``, ``evaluation.json`` and a
@@ -31,6 +36,8 @@ _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --de
              "  metadp train maml --data glyphs --steps 300 --out runs/glyphs\n"
              "  metadp train dp-agr --data glyphs --epsilon 2 --clip-policy quantile --out runs/agr\n"
              "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume\n"
+             "  metadp train dp-maml --data omniglot --epsilon 12 --delta 1e-5 --steps 800 --out runs/omni --resume "
+             "--resume-changed\n"
              "  metadp train protonet --data omniglot --obfuscation dp-pix --epsilon 3 --cell 4 --m 1 --denoiser "
              "--steps 1000 --out runs/proto")
 
@@ -46,6 +53,12 @@ def add_train_parser(sub, number, formatter) -> None:
                         "dp-reptile (task-global), dp-agr, dp-agrlr (DP-FedMeta); protonet (prototypical network on "
                         "obfuscated images, optional denoiser: privacy-enhanced few-shot Alg. 1)")
     t.add_argument("--data", choices=("sinusoid", "glyphs", "omniglot"), default="sinusoid")
+    t.add_argument("--data-dir", metavar="DIR",
+                   help="--data omniglot: the folder holding images_background_small1.zip, "
+                        "images_background_small2.zip and one_shot_runs.zip. Searched in order: --data-dir, "
+                        "$METADP_DATA, then ../shared/data/omniglot beside the metadp checkout (a folder whose "
+                        "pyproject.toml names metadp) that holds the current folder, or the package's own "
+                        "checkout (editable installs). Nothing is ever downloaded")
     t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
                    help="the guarantee whose budget stops the run (default: task; record for dp-maml-sample and "
                         "dp-reptile); every other one is reported too")
@@ -53,37 +66,52 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="task sampling (default poisson; one-pass for dp-agr, dp-agrlr, dp-reptile)")
     t.add_argument("--epsilon", type=number("--epsilon", float),
                    help="budget of --unit at --delta; protonet: the DP-Pix epsilon per released image")
-    t.add_argument("--delta", type=number("--delta", float), default=1e-5)
+    t.add_argument("--delta", type=number("--delta", float), help="delta of the budget and the report (default 1e-5)")
     t.add_argument("--noise", type=number("--noise", float),
                    help="noise multiplier z of the released sum (default: calibrated to the budget)")
-    t.add_argument("--clip", type=number("--clip", float), default=1.0,
-                   help="C: per-task clip (dp-maml, dp-agr*) or per-example query clip (dp-maml-sample)")
-    t.add_argument("--clip-mode", choices=("flat", "per_layer"), default="flat")
-    t.add_argument("--clip-policy", choices=POLICIES, default="fixed",
-                   help="threshold updates: noisy-window (post-processing), quantile (Andrew et al., accounted), "
-                        "raw-percentile (NOT private; needs no --epsilon)")
+    t.add_argument("--clip", type=number("--clip", float),
+                   help="C: per-task clip (dp-maml, dp-agr*) or per-example query clip (dp-maml-sample); default 1")
+    t.add_argument("--clip-mode", choices=("flat", "per_layer"), help="default flat")
+    t.add_argument("--clip-policy", choices=POLICIES,
+                   help="threshold updates (default fixed): noisy-window (post-processing), quantile (Andrew et al., "
+                        "accounted), raw-percentile (NOT private; refused with --epsilon)")
     t.add_argument("--count-noise", type=number("--count-noise", float),
                    help="quantile policy: noise std on the unclipped count (default meta-batch / 20)")
-    t.add_argument("--inner-clip", type=number("--inner-clip", float), default=1.0,
-                   help="per-example clip inside tasks (dp-maml-sample, dp-agrlr, dp-reptile)")
+    t.add_argument("--inner-clip", type=number("--inner-clip", float),
+                   help="per-example clip inside tasks (dp-maml-sample, dp-agrlr, dp-reptile; default 1)")
     t.add_argument("--inner-noise", type=number("--inner-noise", float),
                    help="z_in inside tasks (default: --noise; calibrated for dp-reptile and record-vs-server)")
     t.add_argument("--steps", type=number("--steps", int), default=1000)
-    t.add_argument("--meta-batch", type=number("--meta-batch", float), default=32.0, help="expected tasks per step")
-    t.add_argument("--pool", type=number("--pool", int), default=10000, help="fixed pool of training tasks")
-    t.add_argument("--inner-steps", type=number("--inner-steps", int), default=1)
+    t.add_argument("--meta-batch", type=number("--meta-batch", float),
+                   help="expected tasks per step, at most --pool (default 32; a whole number with --sampler fixed)")
+    t.add_argument("--pool", type=number("--pool", int), help="fixed pool of training tasks (default 10000)")
+    t.add_argument("--inner-steps", type=number("--inner-steps", int), help="inner SGD steps per task (default 1)")
     t.add_argument("--inner-lr", type=number("--inner-lr", float))
     t.add_argument("--outer-lr", type=number("--outer-lr", float),
                    help="Adam learning rate (MAML family, default 1e-3) or Reptile step size (default 1.0)")
     t.add_argument("--first-order", action="store_true")
     t.add_argument("--chunk-size", type=number("--chunk-size", int), help="tasks per vmap chunk (bounds memory)")
+    t.add_argument("--checkpoint-every", type=number("--checkpoint-every", int),
+                   help="steps between checkpoints and metrics lines (default 50; may change on --resume)")
     t.add_argument("--seed", type=number("--seed", int), default=0)
-    t.add_argument("--device", default="cpu", help="cpu or cuda")
-    t.add_argument("--out", default="metadp-run", help="output folder (default metadp-run)")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out")
-    t.add_argument("--norm", choices=("batch", "group"), default="batch",
-                   help="Conv-4 normalisation for image data: batch statistics of the current batch only (MAML's "
-                        "setting; per-example gradients use each example alone) or group norm")
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (where available)")
+    t.add_argument("--out", default="metadp-run",
+                   help="the run's folder (default metadp-run), created if missing; a folder that holds a run "
+                        "needs --resume. A run holds an flock on OUT/run.lock while it writes, so a second run "
+                        "into OUT is refused; the OS releases the lock when the process exits (a run.lock left "
+                        "behind is never stale)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (start one if it holds none): every release on its ledgers "
+                        "stays charged. Its settings are kept in OUT/run.json and must not change; its noise is "
+                        "reused unless --noise is given; the learning rates and --chunk-size may change. A lost "
+                        "checkpoint.pt restarts training from step 0 (said on stderr) with the spent budget kept")
+    t.add_argument("--resume-changed", action="store_true",
+                   help="with --resume: accept changed settings (e.g. a larger --epsilon or more --steps); the "
+                        "budget spent so far stays charged. Settings that change what a release is (the noise, "
+                        "sampling, pool, data, algorithm) are refused even so: use another --out")
+    t.add_argument("--norm", choices=("batch", "group"),
+                   help="Conv-4 normalisation for image data (default batch): batch statistics of the current "
+                        "batch only (MAML's setting; per-example gradients use each example alone) or group norm")
     t.add_argument("--rotations", action="store_true",
                    help="Omniglot: characters rotated by 90, 180, 270 degrees are new classes (augmentation)")
     t.add_argument("--eval-tasks", type=number("--eval-tasks", int), default=600,
@@ -110,7 +138,6 @@ def add_train_parser(sub, number, formatter) -> None:
 
 _OBFUSCATIONS = {"none": "none", "dp-pix": "dp_pix", "pixelize": "pixelize", "blur": "gaussian_blur",
                  "gaussian": "gaussian_noise"}
-_PROTONET_ONLY = ("obfuscation", "cell", "m", "radius", "sigma", "denoise_weight", "ways", "shots", "query")
 
 
 def _protonet_data(args):
@@ -121,7 +148,7 @@ def _protonet_data(args):
     if args.data == "glyphs":
         images = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
         return images[:150], images[150:], "synthetic glyphs: classes 0-149 train, 150-199 held out"
-    pool = data.load_omniglot_background(rotations=args.rotations, device=args.device)  # no download
+    pool = data.load_omniglot_background(args.data_dir, rotations=args.rotations, device=args.device)  # no download
     train, held = split_by_alphabet(pool.class_names)
     return (pool.images[train], pool.images[held],
             f"Omniglot background (minimal split): {len(train)} classes train; the {len(held)} classes of the "
@@ -133,10 +160,9 @@ def _run_protonet(args) -> None:
 
     from tqdm import tqdm
 
+    from metadp.training import run_folder
     from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
 
-    if args.data == "sinusoid":
-        raise ValueError("protonet classifies images: use --data glyphs or --data omniglot (sinusoid is regression)")
     obfuscation = _OBFUSCATIONS[args.obfuscation or "none"]
     config = ProtoConfig(
         obfuscation=obfuscation, epsilon=args.epsilon, cell=args.cell, m=args.m, radius=args.radius,
@@ -145,20 +171,31 @@ def _run_protonet(args) -> None:
         denoiser=args.denoiser, denoise_weight=1.0 if args.denoise_weight is None else args.denoise_weight,
         norm=args.norm, n_way=args.ways or 5, k_shot=args.shots or 5, k_query=args.query or 5, steps=args.steps,
         lr=args.outer_lr if args.outer_lr is not None else 1e-3, seed=args.seed)
-    if args.sigma is not None and obfuscation not in ("gaussian_blur", "gaussian_noise"):
-        raise ValueError(f"--sigma applies to --obfuscation blur or gaussian, not {args.obfuscation or 'none'}")
+    state = run_folder.inspect(args.out)
+    if state.holds_run:
+        raise ValueError(f"--out {args.out} holds a run ({', '.join(state.run_files)}); protonet runs cannot be "
+                         "resumed: choose another --out")
     train_images, held_images, split = _protonet_data(args)
-    bar = tqdm(total=config.steps, file=sys.stderr, desc="protonet", leave=False)
+    _check_protonet_shapes(args, config, train_images, held_images)
+    bars = []  # made on the first step
 
     def progress(step, metrics):
+        if not bars:
+            bars.append(tqdm(total=config.steps, file=sys.stderr, desc="protonet", leave=False))
+        bar = bars[0]
         bar.n = step
         bar.set_postfix({"loss": f"{metrics['loss']:.3f}", "acc": f"{metrics['accuracy']:.2f}"}, refresh=False)
         bar.refresh()
 
+    run_folder.create(args.out)
     try:
-        result = train_protonet(train_images, config, args.out, device=args.device, progress=progress)
+        with run_folder.locked(args.out):
+            if run_folder.inspect(args.out).holds_run:  # another run wrote here meanwhile
+                raise ValueError(f"--out {args.out} holds a run; choose another --out")
+            result = train_protonet(train_images, config, args.out, device=args.device, progress=progress)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     evaluation = evaluate_protonet(result.model, held_images, config, n_tasks=args.eval_tasks, seed=10_000 + args.seed)
     report = privacy_report(config, result.releases_per_image_max, evaluation.releases_per_image_max, args.delta)
     out = Path(args.out)
@@ -186,6 +223,18 @@ def _run_protonet(args) -> None:
         print(f"WARNING: obfuscation {obfuscation} carries NO formal privacy guarantee: {report['guarantee']}",
               file=sys.stderr)
     print(f"files in {out}/")
+
+
+def _check_protonet_shapes(args, config, train_images, held_images) -> None:
+    """Refuses episodes the data cannot fill (training and held-out classes), before anything is written."""
+    classes = min(train_images.shape[0], held_images.shape[0])
+    per_class = min(train_images.shape[1], held_images.shape[1])
+    if config.n_way > classes:
+        raise ValueError(f"--ways must be at most {classes} with --data {args.data} (its training and held-out "
+                         f"classes), got {config.n_way}")
+    if config.k_shot + config.k_query > per_class:
+        raise ValueError(f"--shots + --query must be at most {per_class} with --data {args.data} (images per "
+                         f"class), got {config.k_shot} + {config.k_query}")
 
 
 def _setup(args):
@@ -218,8 +267,40 @@ def _evaluate(args, model, params, loss_fn, inner_lr):
         test = tasks.EpisodePool(held, args.eval_tasks, n_way=5, k_shot=1, k_query=5, seed=args.seed + 7)
         return evaluate.evaluate_tasks(model, params, test.batch(torch.arange(args.eval_tasks, device=held.device)), loss_fn,
                                        args.inner_steps, inner_lr, "accuracy")
-    runs = data.load_one_shot_runs(device=args.device)
+    runs = data.load_one_shot_runs(args.data_dir, device=args.device)
     return evaluate.evaluate_one_shot_runs(model, params, runs, args.inner_steps, inner_lr)
+
+
+def _check_inputs(args) -> None:
+    """Every refusal that needs no training data: flags, device, data folder, output folder (reads only)."""
+    from metadp.training import data, run_folder
+    from metadp.training.arguments import check_device, check_train_args
+
+    check_train_args(args)
+    check_device(args.device)
+    if args.data == "omniglot":
+        try:
+            folder = data.data_dir(args.data_dir)
+            data.check_omniglot_folder(folder, one_shot=args.algorithm != "protonet")
+        except (FileNotFoundError, ValueError) as err:  # the data folder is an input: refused like a bad flag
+            raise ValueError(f"--data omniglot: {err}") from None
+        args.data_dir = folder
+    run_folder.check_out_path(args.out)
+
+
+def _stored_noise(args, private: bool):
+    """(z, z_in) of the run being resumed in --out, or None: a resumed run keeps its (calibrated) noise."""
+    from metadp.training import run_folder
+
+    if not (private and args.resume and args.noise is None and args.inner_noise is None):
+        return None
+    stored = run_folder.inspect(args.out).stored
+    if stored is None:
+        return None
+    config = stored["config"]
+    if config.get("algorithm") != args.algorithm:
+        return None  # refused by train(): another algorithm
+    return float(config["noise_multiplier"]), float(config["inner_noise"])
 
 
 def run_train(args) -> None:
@@ -229,51 +310,62 @@ def run_train(args) -> None:
         raise ValueError('metadp train needs torch: pip install "metadp[train]" (CPU build: pip install torch)') from None
     from tqdm import tqdm
 
+    _check_inputs(args)
     if args.algorithm == "protonet":
         return _run_protonet(args)
-    given = [name for name in _PROTONET_ONLY if getattr(args, name) is not None]
-    given += ["denoiser"] if args.denoiser else []
-    if given:
-        raise ValueError(f"--{', --'.join(n.replace('_', '-') for n in given)} apply to protonet only, "
-                         f"not {args.algorithm}; drop them")
     from metadp.training.trainer import TrainConfig, calibrate, train
 
     private = args.algorithm.startswith("dp-")
-    if private and args.epsilon is None and args.noise is None and args.inner_noise is None:
-        raise ValueError(f"{args.algorithm} needs --epsilon (the budget) or --noise (then the budget is unlimited)")
     model, pool, loss_fn, inner_lr = _setup(args)
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
     outer_lr = args.outer_lr if args.outer_lr is not None else (1.0 if "reptile" in args.algorithm else 1e-3)
     epsilon = args.epsilon if args.epsilon is not None else math.inf
     noise = args.noise if args.noise is not None else 1.0
+    stored = _stored_noise(args, private)
+    z, z_in = stored or (noise, args.inner_noise if args.inner_noise is not None else noise)
     config = TrainConfig(algorithm=args.algorithm, unit=args.unit, sampler=args.sampler, steps=args.steps,
                          meta_batch=args.meta_batch, inner_steps=args.inner_steps, inner_lr=inner_lr, outer_lr=outer_lr,
-                         first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, noise_multiplier=noise,
-                         inner_clip=args.inner_clip, inner_noise=args.inner_noise if args.inner_noise is not None else noise,
-                         clip_policy=args.clip_policy, count_noise=args.count_noise, epsilon=epsilon, delta=args.delta,
-                         seed=args.seed, chunk_size=args.chunk_size)
-    if private and math.isfinite(epsilon) and args.noise is None and args.inner_noise is None:
+                         first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, noise_multiplier=z,
+                         inner_clip=args.inner_clip, inner_noise=z_in, clip_policy=args.clip_policy,
+                         count_noise=args.count_noise, epsilon=epsilon, delta=args.delta, seed=args.seed,
+                         chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
+    if stored is not None:
+        print(f"noise of the run in {args.out} (resumed): z = {config.noise_multiplier:.4g}, "
+              f"z_in = {config.inner_noise:.4g}")
+    elif private and math.isfinite(epsilon) and args.noise is None and args.inner_noise is None:
         config = calibrate(pool, config)
         print(f"noise calibrated to the budget of the {config.budget_unit} view: z = {config.noise_multiplier:.4g}, "
               f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
-              f"{args.delta:g}, PLD)")
+              f"{args.delta:g}, {'RDP' if config.sampling == 'fixed' else 'PLD'})")
     if args.clip_policy == "raw-percentile":
         print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "
               "(dp-maml.txt Sec. 5.2.1): this run is NOT differentially private and reports no epsilon", file=sys.stderr)
-    bar = tqdm(total=args.steps, file=sys.stderr, desc=args.algorithm, leave=False)
+    bars = []  # the progress bar, made on the first step: a refusal before it prints one line only
 
     def progress(step, loss, spent):
+        if not bars:
+            bars.append(tqdm(total=args.steps, file=sys.stderr, desc=args.algorithm, leave=False))
+        bar = bars[0]
         bar.n = step
         # the budget view's certified epsilon so far: an upper bound at --delta
         bar.set_postfix({"loss": f"{loss:.3f}",
-                         f"eps({config.budget_unit})<=": format_upper(spent, 3) if private else "n/a (non-private)"},
+                         f"eps({config.budget_unit})": "<= " + format_upper(spent, 3) if private else "n/a (non-private)"},
                         refresh=False)
         bar.refresh()
 
+    def warn(message):
+        for bar in bars:
+            bar.clear()
+        print(f"metadp: warning: {message}", file=sys.stderr)
+
+    setup = {"--data": args.data, "--pool": args.pool, "--rotations": args.rotations,
+             "--norm": args.norm if args.data != "sinusoid" else None}
     try:
-        result = train(model, pool, loss_fn, config, args.out, device=args.device, progress=progress, resume=args.resume)
+        result = train(model, pool, loss_fn, config, args.out, device=args.device, progress=progress,
+                       resume=args.resume, resume_changed=args.resume_changed, setup=setup, warn=warn)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     score = _evaluate(args, model, result.params, loss_fn, inner_lr)
     out = Path(args.out)
     (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
@@ -289,7 +381,8 @@ def run_train(args) -> None:
         if view["epsilon"] is None:
             print(f"  {view['view']}{budget}: no guarantee ({view['note']})")
         else:
-            print(f"  {view['view']}{budget}: epsilon <= {format_upper(view['epsilon'])} (upper bound, PLD) at delta = "
+            print(f"  {view['view']}{budget}: epsilon <= {format_upper(view['epsilon'])} (upper bound, "
+                  f"{view['accountant'].upper()}) at delta = "
                   f"{args.delta:g}, {view['relation'].replace('_', '/')} neighbours, {view['charged_per']} charges; "
                   f"against {view['adversary']}; {view['note']}")
     print(f"evaluation: {score}; files in {out}/")

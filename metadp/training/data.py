@@ -41,6 +41,7 @@ from metadp._validation import check_count, check_real
 
 __all__ = [
     "data_dir",
+    "check_omniglot_folder",
     "SinusoidTasks",
     "ImagePool",
     "OneShotRun",
@@ -59,22 +60,76 @@ _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".
 
 
 # ----------------------------------------------------------------------------------------- location
+DATA_SEARCH_ORDER = (
+    "1. --data-dir DIR (the ``explicit`` argument of ``data_dir``); "
+    f"2. ${DATA_ENV_VAR}; "
+    "3. ../shared/data/omniglot beside the metadp checkout that holds the current folder, or failing that "
+    "the checkout the package was imported from (a folder with a pyproject.toml naming metadp)")
+
+
+def _is_metadp_checkout(folder: Path) -> bool:
+    """True if ``folder`` holds a ``pyproject.toml`` whose project is named metadp."""
+    try:
+        text = (folder / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return re.search(r'^\s*name\s*=\s*["\']metadp["\']', text, flags=re.MULTILINE) is not None
+
+
+def _checkout_root(start: Path) -> Optional[Path]:
+    """The nearest folder at or above ``start`` that is a metadp checkout, or None."""
+    for folder in (start, *start.parents):
+        if _is_metadp_checkout(folder):
+            return folder
+    return None
+
+
 def _default_data_dir() -> Path:
-    """``../shared/data/omniglot`` relative to the repository root (the parent of ``metadp/``)."""
+    """``../shared/data/omniglot`` beside the package's own checkout (``metadp/`` in a repository).
+
+    After a non-editable install the package lives in a virtual environment, which is no checkout:
+    the path returned then does not exist and ``data_dir`` tries the current folder's checkout first.
+    """
     return (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "omniglot").resolve()
 
 
-def data_dir() -> Path:
-    """The local Omniglot folder: ``$METADP_DATA`` if set, else ``../shared/data/omniglot``.
+def _checkout_candidates() -> List[Path]:
+    """Search step 3: ``<checkout>/../shared/data/omniglot`` for the current folder's checkout, then the
+    package's (without duplicates). The package's checkout counts only if it is one (pyproject.toml)."""
+    found: List[Path] = []
+    for start in (Path.cwd().resolve(), Path(__file__).resolve().parents[2]):
+        root = _checkout_root(start)
+        if root is not None:
+            candidate = (root.parent / "shared" / "data" / "omniglot").resolve()
+            if candidate not in found:
+                found.append(candidate)
+    return found
+
+
+def data_dir(explicit=None) -> Path:
+    """The local Omniglot folder, searched in this order (``DATA_SEARCH_ORDER``):
+
+    1. ``explicit`` (the command's ``--data-dir``), which must be a folder;
+    2. ``$METADP_DATA``, if set, which must be a folder;
+    3. ``../shared/data/omniglot`` beside the metadp checkout (a folder with a ``pyproject.toml`` naming
+       metadp) that contains the current working directory, else beside the checkout the package was
+       imported from (an editable install). A non-editable install (``pip install .``) lives in a
+       virtual environment, so only the current folder's checkout applies then.
 
     The folder should hold the release files (``images_background_small1.zip``,
     ``images_background_small2.zip``, ``one_shot_runs.zip``) or an unpacked
     ``<Alphabet>/<character>/<png>`` tree. metadp never downloads data.
 
     Raises:
-        FileNotFoundError: the folder chosen does not exist; the message names both places.
+        FileNotFoundError: the folder given (1 or 2) is not a folder, or no place in 3 exists; the
+            message names every place tried.
     """
-    default = _default_data_dir()
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if path.is_dir():
+            return path
+        raise FileNotFoundError(f"--data-dir {str(explicit)!r} is not a folder; point it at the folder holding "
+                                f"{ONE_SHOT_ZIP} and {' / '.join(BACKGROUND_ZIPS)} (metadp never downloads data)")
     env = os.environ.get(DATA_ENV_VAR, "")
     if env:
         path = Path(env).expanduser()
@@ -82,14 +137,52 @@ def data_dir() -> Path:
             return path
         raise FileNotFoundError(
             f"{DATA_ENV_VAR}={env!r} is not a folder; point it at the folder holding {ONE_SHOT_ZIP} and "
-            f"{' / '.join(BACKGROUND_ZIPS)}, or unset it to use the default {default} "
-            "(metadp never downloads data)")
-    if default.is_dir():
-        return default
+            f"{' / '.join(BACKGROUND_ZIPS)}, pass --data-dir, or unset it to use the checkout's "
+            f"../shared/data/omniglot ({_default_data_dir()}) (metadp never downloads data)")
+    candidates = _checkout_candidates()
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    tried = ", ".join(str(c) for c in candidates) or (
+        f"none: neither the current folder ({Path.cwd()}) nor the package ({Path(__file__).resolve().parents[1]}) "
+        "is inside a metadp checkout")
     raise FileNotFoundError(
-        f"no Omniglot data folder: {DATA_ENV_VAR} is not set and the default {default} does not exist; "
-        f"set {DATA_ENV_VAR} to the folder holding {' / '.join(BACKGROUND_ZIPS)} and {ONE_SHOT_ZIP} "
+        f"no Omniglot data folder: --data-dir not given, {DATA_ENV_VAR} not set, and no "
+        f"../shared/data/omniglot beside a metadp checkout (tried {tried}); pass --data-dir DIR or set "
+        f"{DATA_ENV_VAR} to the folder holding {' / '.join(BACKGROUND_ZIPS)} and {ONE_SHOT_ZIP} "
         "(metadp never downloads data)")
+
+
+def check_omniglot_folder(folder, one_shot: bool = True) -> None:
+    """Checks, without decoding images, that ``folder`` holds readable Omniglot data: both background zips
+    (valid zip files) or an unpacked ``<Alphabet>/<character>/<png>`` tree, and with ``one_shot`` a valid
+    ``one_shot_runs.zip``. Cheap (reads each zip's central directory only); for refusing bad data before
+    a run writes anything.
+
+    Raises:
+        FileNotFoundError: a file is missing.
+        ValueError: a file is not a zip archive.
+    """
+    folder = Path(folder)
+    zips = [folder / name for name in BACKGROUND_ZIPS]
+    present = [p.is_file() for p in zips]
+    needed = [p for p, ok in zip(zips, present) if ok or any(present)]
+    if not any(present) and not any(p.suffix.lower() == ".png" for p in folder.glob("*/*/*")):
+        raise FileNotFoundError(f"no Omniglot background data in {folder}: expected {' and '.join(BACKGROUND_ZIPS)}, "
+                                "or an unpacked <Alphabet>/<character>/<png> folder")
+    if one_shot:
+        needed.append(folder / ONE_SHOT_ZIP)
+    for path in needed:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path.name} is missing from {folder}")
+    for path in needed:
+        _check_zip(path)
+
+
+def _check_zip(path: Path) -> None:
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a zip archive ({path.stat().st_size} bytes): replace it with the "
+                         "release file (see the folder's MD5SUMS, if any)")
 
 
 def _check_size(size) -> int:
@@ -310,6 +403,8 @@ def _background_arrays(root: Path, size: int) -> Tuple[np.ndarray, Tuple[str, ..
     zips = [root / name for name in BACKGROUND_ZIPS]
     present = [p.is_file() for p in zips]
     if all(present):
+        for path in zips:
+            _check_zip(path)
         return _background_from_zips(_stamp(zips), size)
     if any(present):
         missing = [p.name for p, ok in zip(zips, present) if not ok]
@@ -351,7 +446,8 @@ def load_omniglot_background(root=None, size: int = 28, rotations: bool = False,
 
     Raises:
         FileNotFoundError: no data folder, a missing zip, or no images.
-        ValueError: a bad size, a character that differs between the two zips, unequal drawing counts.
+        ValueError: a bad size, a character that differs between the two zips, unequal drawing counts, a
+            file named like a release zip that is not a zip archive.
     """
     size = _check_size(size)
     folder = Path(root) if root is not None else data_dir()
@@ -424,13 +520,15 @@ def load_one_shot_runs(root=None, size: int = 28, device="cpu") -> List[OneShotR
 
     Raises:
         FileNotFoundError: no data folder or no ``one_shot_runs.zip``.
-        ValueError: a bad size or a malformed ``class_labels.txt``.
+        ValueError: a bad size, a malformed ``class_labels.txt``, or a ``one_shot_runs.zip`` that is not a
+            zip archive.
     """
     size = _check_size(size)
     folder = Path(root) if root is not None else data_dir()
     path = folder / ONE_SHOT_ZIP
     if not path.is_file():
         raise FileNotFoundError(f"{ONE_SHOT_ZIP} not found in {folder}")
+    _check_zip(path)
     runs = []
     for name, support, query, labels in _one_shot_arrays(_stamp([path]), size):
         runs.append(OneShotRun(

@@ -149,6 +149,7 @@ class Ledger:
         self._end = end  # byte length of the verified file
         self._broken: Optional[str] = None
         self.repair_note = repair_note  # what ``open(repair=True)`` did, or None
+        self.torn: Optional[TornLedgerError] = None  # a torn final line left as it is (``open(allow_torn=True)``)
         self._totals: Dict[ev.Event, int] = {}
         for r in records:
             self._totals[r.event] = self._totals.get(r.event, 0) + r.count
@@ -200,7 +201,7 @@ class Ledger:
         return cls(path, json.loads(line), [], fd, len(line))
 
     @classmethod
-    def open(cls, path, repair: bool = False, readonly: bool = False) -> "Ledger":
+    def open(cls, path, repair: bool = False, readonly: bool = False, allow_torn: bool = False) -> "Ledger":
         """Reads and verifies every line of a ledger.
 
         Args:
@@ -208,6 +209,9 @@ class Ledger:
             repair: drop an incomplete final line left by a crash (or complete an entry that lacks only
                 its newline). Only that line is touched; every complete entry is kept.
             readonly: open without the writer's lock (``append`` then raises; ``repair`` is refused).
+            allow_torn: with ``readonly``, a torn final line is reported in ``torn`` (the error a
+                non-repairing open would raise) instead of raised; the ledger holds the complete entries
+                before it. Nothing is written.
 
         Returns:
             The ledger (writable unless ``readonly``); ``repair_note`` says what a repair did.
@@ -221,6 +225,8 @@ class Ledger:
         path = os.fspath(path)
         if repair and readonly:
             raise ValueError("repair=True needs a writable ledger (readonly=False)")
+        if allow_torn and not readonly:
+            raise ValueError("allow_torn=True needs readonly=True (a writable ledger repairs or refuses a torn line)")
         fd = None if readonly else os.open(path, os.O_RDWR | os.O_APPEND)
         try:
             if fd is not None:
@@ -229,6 +235,10 @@ class Ledger:
                 data = f.read()
             header, records, end, torn = _parse(data, path)
             note = None
+            if torn is not None and allow_torn:
+                ledger = cls(path, header, records, fd, end)
+                ledger.torn = torn
+                return ledger
             if torn is not None:
                 if not repair:
                     raise torn

@@ -27,8 +27,13 @@ gives the schedule: the last step within the budget (per step, per pass, or the 
 record); the loop stops there. Every release is appended to each view's hash-chained ledger
 (``ledger-<view>.jsonl``, fsync) *before* the update uses it; checkpoints hold the parameters,
 optimiser, sampler, generator and clipping states and each ledger's length and head; a resumed run
-counts every ledger entry, including releases after the last checkpoint, and never resets spent
-budget. At the end ``privacy_report.json`` gives every view's certified epsilon (PLD, from its ledger).
+counts every ledger entry, including releases after the last checkpoint (or all of them, from step 0,
+when the checkpoint is lost), and never resets spent budget. At the end ``privacy_report.json`` gives
+every view's certified epsilon from its ledger (PLD; RDP for fixed-size batches, which PLD has no
+dominating pair for).
+
+The run folder (``metadp.training.run_folder``): ``run.json`` keeps the configuration, and a resumed
+run must match it; one run writes at a time (a lock); every refusal comes before anything is written.
 
 Samplers: Poisson over the fixed pool of tasks (static shapes: the sampled rows padded, pads
 weighted 0; an empty sample still releases noise), fixed-size batches (substitution relation), and
@@ -47,30 +52,38 @@ import hashlib
 import json
 import math
 import os
+import time
+import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
+from metadp._validation import check_count, check_delta, check_positive, check_real
 from metadp.accounting import NonPrivate
 from metadp.accounting.adaptive_clipping import sum_noise_multiplier
 from metadp.accounting import events as ev
 from metadp.accounting.calibration import calibrate_noise, max_steps
+from metadp.report import format_upper
 from metadp.training import functional as F
 from metadp.training import private_steps as P
+from metadp.training import run_folder
 from metadp.training.budget import budget_schedule
 from metadp.training.clipping import POLICIES, ClipPolicy
 from metadp.training.ledger import Ledger
-from metadp.training.privacy import (ALGORITHMS, CENTRAL_TASK_CLIP, PRIVATE_ALGORITHMS, SamplingPlan, View,
-                                     default_unit, views)
+from metadp.training.privacy import (ALGORITHMS, CENTRAL_TASK_CLIP, PRIVATE_ALGORITHMS, SamplingPlan, default_unit, views)
 from metadp.training.samplers import BallsInBinsSampler, FixedSizeSampler, PoissonSampler
 
-__all__ = ["TrainConfig", "TrainResult", "train", "calibrate", "run_views", "ALGORITHMS", "SAMPLERS"]
+__all__ = ["TrainConfig", "TrainResult", "train", "calibrate", "run_views", "ALGORITHMS", "SAMPLERS", "ResumeWarning",
+           "TrainingInterrupted"]
 
 SAMPLERS = ("poisson", "fixed", "one-pass")
 UNITS = ("task", "record", "record-vs-server")  # privacy.View keys
 _INNER_DP = ("dp-maml-sample", "dp-agrlr", "dp-reptile")  # per-example DP inside each task
 _REPTILE = ("reptile", "dp-reptile")
+# MAML's meta-gradient is defined with no inner step (plain multi-task training); Reptile's update and the
+# inner-loop DP views (sqrt(S) / z_in per visit) need at least one
+_ZERO_INNER_STEPS_OK = ("maml", "dp-maml", "dp-agr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +117,27 @@ class TrainConfig:
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        check_count("steps", self.steps, minimum=1)
+        check_positive("meta_batch", self.meta_batch)
+        check_count("inner_steps", self.inner_steps, minimum=0 if self.algorithm in _ZERO_INNER_STEPS_OK else 1)
+        check_positive("inner_lr", self.inner_lr)
+        check_positive("outer_lr", self.outer_lr)
+        check_positive("clip", self.clip, allow_inf=True)
+        check_positive("inner_clip", self.inner_clip, allow_inf=True)
+        check_real("noise_multiplier", self.noise_multiplier, low=0.0)
+        check_real("inner_noise", self.inner_noise, low=0.0)
+        if self.count_noise is not None:
+            check_positive("count_noise", self.count_noise)
+        check_count("clip_window", self.clip_window, minimum=1)
+        check_real("clip_percentile", self.clip_percentile, low=0.0, high=100.0)
+        check_real("clip_target", self.clip_target, low=0.0, high=1.0)
+        check_positive("clip_lr", self.clip_lr)
+        check_positive("epsilon", self.epsilon, allow_inf=True)  # inf: no budget; NaN and <= 0 are refused
+        check_delta("delta", self.delta)
+        check_count("seed", self.seed)
+        check_count("checkpoint_every", self.checkpoint_every, minimum=1)
+        if self.chunk_size is not None:
+            check_count("chunk_size", self.chunk_size, minimum=1)
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.unit is not None and self.unit not in UNITS:
@@ -213,13 +247,17 @@ def _stream_seed(seed: int, stream: str) -> int:
 
 def _sampling(pool, c: TrainConfig):
     """(sampler, SamplingPlan, expected batch) of a run."""
-    gen = torch.Generator(device=_device_of(pool)).manual_seed(_stream_seed(c.seed, "sampler"))
     n = pool.size
+    if c.meta_batch > n:  # a rate above 1 is no Poisson rate: refused, never clamped
+        raise ValueError(f"meta_batch must be <= the pool's {n} tasks, got {c.meta_batch:g}")
+    if c.sampling == "fixed" and c.meta_batch != int(c.meta_batch):
+        raise ValueError(f"fixed-size batches need a whole meta_batch, got {c.meta_batch:g}")
+    gen = torch.Generator(device=_device_of(pool)).manual_seed(_stream_seed(c.seed, "sampler"))
     if c.sampling == "poisson":
         sampler = PoissonSampler(n, min(1.0, c.meta_batch / n), generator=gen)
         return sampler, SamplingPlan("poisson", n, rate=sampler.rate), sampler.rate * n
     if c.sampling == "fixed":
-        batch = max(1, min(n, round(c.meta_batch)))
+        batch = int(c.meta_batch)
         return FixedSizeSampler(n, batch, generator=gen), SamplingPlan("fixed", n, batch=batch), float(batch)
     per_pass = max(1, round(n / c.meta_batch))
     return BallsInBinsSampler(n, per_pass, generator=gen), SamplingPlan("one-pass", n, steps_per_pass=per_pass), n / per_pass
@@ -290,15 +328,26 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
         v = next(v for v in run_views(pool, configured(z), plan=plan, multiplicity=k)[1] if v.key == key)
         return ev.SelfComposed(v.event, count)
 
-    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant="pld", rtol=rtol)
+    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant=_accountant_for(view.event),
+                        rtol=rtol)
     return configured(z, c)
 
 
-class _Run:
-    """The state of one run: sampler, views and their ledgers, clipping, visits (``train`` drives it)."""
+def _accountant_for(event) -> str:
+    """The accountant of a view's event: PLD (tight) unless it has no dominating pair for the event
+    (fixed-size batches, ``FixedSizeSampled``: RDP, Wang, Balle & Kasiviswanathan 2019, arXiv:1808.00087)."""
+    return "rdp" if isinstance(event, ev.FixedSizeSampled) else "pld"
 
-    def __init__(self, pool, config: TrainConfig, out: Path, device: str, resume: bool):
-        self.pool, self.config, self.out = pool, config, out
+
+class _Run:
+    """The state of one run: sampler, views and their ledgers, clipping, visits (``train`` drives it).
+
+    Construction does no I/O and raises every refusal of the configuration (no guarantee to budget, a
+    budget that does not cover one release); :meth:`open_ledgers` then opens or creates the files.
+    """
+
+    def __init__(self, pool, config: TrainConfig, device: str):
+        self.pool, self.config = pool, config
         c = config
         self.sampler, plan, self.expected = _sampling(pool, c)
         self.plan = plan
@@ -319,6 +368,54 @@ class _Run:
             self.record_visits = torch.zeros(int(ids.max()) + 1, dtype=torch.int64, device=device)
         self.max_visits = 0
         self.ledgers: Dict[str, Ledger] = {}
+        self.last_step, self.visit_cap, self.pass_cap, self.schedule = c.steps, math.inf, math.inf, None
+        p = self.primary
+        if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
+            kind = _accountant_for(p.event)
+            if p.charge == "step":
+                self.schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation,
+                                                accountant=kind)
+                self.last_step = self.schedule.last_step
+            elif p.charge == "pass":
+                passes = math.ceil(c.steps / plan.steps_per_pass)
+                self.pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
+                                          limit=passes)
+                self.last_step = min(c.steps, self.pass_cap * plan.steps_per_pass)
+            else:
+                self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
+                                           limit=c.steps * max(1, self.multiplicity))  # k visits a step at most
+        if p is not None and p.event is not None and (self.last_step == 0 or self.visit_cap == 0):
+            raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
+                             f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise (--noise) or the "
+                             "budget (--epsilon)")
+        self._spent_cache = (None, 0.0)
+
+    def ledger_mismatch(self, found: Dict[str, Ledger]) -> Optional[str]:
+        """Why the ledgers already in a run folder (file name -> ledger) cannot be continued by this run,
+        or None: each must belong to one of this run's views, under its relation and unit, and hold only
+        that view's event (the budget schedule composes one event; mixing would mis-state the spent
+        budget)."""
+        expected = {f"ledger-{v.key}.jsonl": v for v in self.views if v.event is not None}
+        missing = sorted(set(expected) - set(found))
+        if found and missing:  # a run creates all its ledgers at once: one is gone, with its spent budget
+            return (f"{', '.join(missing)} is missing while {', '.join(sorted(found))} is there: the releases it "
+                    "recorded would be forgotten (restore it)")
+        for name, ledger in found.items():
+            v = expected.get(name)
+            if v is None:
+                return f"{name} belongs to a view this run does not have ({', '.join(expected) or 'none'})"
+            if (ledger.relation, ledger.unit) != (v.relation, v.unit):
+                return (f"{name} is a {ledger.unit} ledger under the {ledger.relation} relation, this run's {v.key} "
+                        f"view is {v.unit} under {v.relation}")
+            other = next((r for r in ledger.entries if r.event != v.event), None)
+            if other is not None:
+                return (f"{name} entry {other.index} released {other.event.describe()}, this run's {v.key} view "
+                        f"releases {v.event.describe()}")
+        return None
+
+    def open_ledgers(self, out: Path, resume: bool) -> None:
+        """Opens each view's ledger in ``out`` (repairing a torn final line when resuming) or creates it."""
+        c = self.config
         for v in self.views:
             if v.event is None:
                 continue
@@ -327,24 +424,6 @@ class _Run:
                     "charge": v.charge, "basis": v.basis, "note": v.reason}
             self.ledgers[v.key] = (Ledger.open(path, repair=True) if resume and path.exists()
                                    else Ledger.create(path, v.relation, v.unit, c.delta, metadata=meta))
-        self.last_step, self.visit_cap, self.pass_cap, self.schedule = c.steps, math.inf, math.inf, None
-        p = self.primary
-        if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
-            if p.charge == "step":
-                self.schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation)
-                self.last_step = self.schedule.last_step
-            elif p.charge == "pass":
-                passes = math.ceil(c.steps / plan.steps_per_pass)
-                self.pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="pld",
-                                          limit=passes)
-                self.last_step = min(c.steps, self.pass_cap * plan.steps_per_pass)
-            else:
-                self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="pld",
-                                           limit=c.steps * max(1, self.multiplicity))  # k visits a step at most
-        if p is not None and p.event is not None and (self.last_step == 0 or self.visit_cap == 0):
-            raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
-                             f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise or the budget")
-        self._spent_cache = (None, 0.0)
 
     def _views(self):
         return run_views(self.pool, self.config, self.policy.private, plan=self.plan, multiplicity=self.multiplicity)[1]
@@ -366,11 +445,20 @@ class _Run:
         ledger = self.primary_ledger
         if ledger is None:
             return 0.0
-        if self.schedule is not None:
+        if self.schedule is not None and len(ledger.entries) <= self.schedule.checkpoints[-1]:
             return self.schedule.epsilon_after(len(ledger.entries))
         if self._spent_cache[0] != len(ledger.entries):
-            self._spent_cache = (len(ledger.entries), ledger.spent(self.config.delta, kind="pld"))
+            self._spent_cache = (len(ledger.entries),
+                                 ledger.spent(self.config.delta, kind=_accountant_for(self.primary.event)))
         return self._spent_cache[1]
+
+    def visits_on_record(self) -> int:
+        """The visits charged to a visit-charged budget view's ledger: after a resume from an older (or a
+        lost) checkpoint they exceed the checkpoint's count, and the budget must count them all."""
+        ledger = self.primary_ledger
+        if ledger is None or self.primary.charge != "visit":
+            return self.max_visits
+        return sum(r.count for r in ledger.entries)
 
     def charge(self, step: int, new_pass: bool, visits_added: int) -> None:
         """Appends this step's releases to every view's ledger (before anything uses them)."""
@@ -395,13 +483,14 @@ class _Run:
         entries = []
         for v in self.views:
             ledger = self.ledgers.get(v.key)
-            eps = ledger.spent(c.delta, kind="pld") if ledger is not None else None
+            kind = _accountant_for(v.event)
+            eps = ledger.spent(c.delta, kind=kind) if ledger is not None else None
             entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
                             "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
                             "epsilon": eps if eps is not None and math.isfinite(eps) else None,
                             "guarantee": ("none" if eps is None or not math.isfinite(eps) else "upper bound"),
                             "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
-                            "note": v.reason})
+                            "accountant": kind if ledger is not None else None, "note": v.reason})
         plan = self.plan
         return {
             "algorithm": c.algorithm, "private": c.private, "budget_unit": c.budget_unit if c.private else None,
@@ -412,7 +501,8 @@ class _Run:
                          "expected_batch": self.expected},
             "record_multiplicity": self.multiplicity, "max_record_visits": self.max_visits or None,
             "clip_policy": c.clip_policy, "final_clip": self.policy.threshold,
-            "accountant": "pld, certified upper bound (from each view's ledger)" if c.private else None,
+            "accountant": ("certified upper bound from each view's ledger: pld, or rdp where pld has no dominating "
+                           "pair (fixed-size batches)") if c.private else None,
             "views": entries,
             "note": None if c.private else "non-private: no privacy guarantee",
         }
@@ -472,24 +562,90 @@ def _per_task(model, params, pool, rows, loss_fn, c: TrainConfig, run: _Run):
     return sums, losses
 
 
+class ResumeWarning(UserWarning):
+    """A resumed run goes on in a way the user should know about (a lost checkpoint: restart from step 0)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped the loop; the message says where, and that ``resume=True`` continues it.
+
+    The ledgers hold every release made (each is fsynced before it is used) and the last checkpoint is
+    intact (checkpoints are replaced atomically), so a resumed run forgets no spent budget.
+    """
+
+
+def _check_ledgers(out: Path, state, changed, run: _Run, warn) -> None:
+    """Refuses ledgers in ``out`` this run cannot continue; says (``warn``) when a lost checkpoint makes
+    the resumed run restart from step 0. Reads only."""
+    if not state.holds_run:
+        return
+    mismatch = run.ledger_mismatch(state.ledgers)
+    if mismatch is not None:
+        why = f" (changed: {'; '.join(changed)})" if changed else ""
+        raise ValueError(f"--resume: this run cannot continue the ledgers in {out}{why}: {mismatch}; a ledger holds "
+                         "one view's releases of one event (change no setting that changes the noise, the sampling "
+                         "or the algorithm), or choose another --out")
+    if state.checkpoint or warn is None:
+        return
+    primary = state.ledgers.get(f"ledger-{run.primary.key}.jsonl") if run.primary is not None else None
+    spent = (f"the {run.primary.key} view has spent epsilon <= "
+             f"{format_upper(primary.spent(run.config.delta, kind=_accountant_for(run.primary.event)))} at delta "
+             f"{run.config.delta:g}" if primary is not None and len(primary) else None)
+    warn(run_folder.lost_checkpoint_note(out, state, spent))
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, ResumeWarning, stacklevel=3)
+
+
 def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, out_dir, *,
           device: str = "cpu", progress: Optional[Callable[[int, float, float], None]] = None,
-          resume: bool = False) -> TrainResult:
+          resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
+          warn: Optional[Callable[[str], None]] = None) -> TrainResult:
     """Trains ``model`` on the task ``pool`` (``tasks.SinusoidPool`` or ``tasks.EpisodePool``).
 
-    ``out_dir`` receives one ``ledger-<view>.jsonl`` per privacy view, ``checkpoint.pt``,
-    ``metrics.jsonl`` and, at the end, ``privacy_report.json``. ``resume=True`` continues from the
-    checkpoint and the ledgers. ``progress(step, loss, epsilon)`` is called after each step with the
-    budget view's certified epsilon so far.
+    ``out_dir`` receives ``run.json`` (the configuration and ``setup``), one ``ledger-<view>.jsonl`` per
+    privacy view, ``checkpoint.pt``, ``metrics.jsonl`` and, at the end, ``privacy_report.json``
+    (``metadp.training.run_folder``). ``progress(step, loss, epsilon)`` is called after each step with
+    the budget view's certified epsilon so far.
+
+    Every refusal comes before anything is written: the configuration's (no guarantee to budget, a
+    budget that does not cover one release), an output path that cannot be a folder, a folder that holds
+    a run when ``resume`` is False, and with ``resume`` a run started on other ``setup`` (data, model) or
+    with another algorithm, a run started with other settings unless ``resume_changed`` (learning rates
+    and ``chunk_size`` may change freely), and ledgers holding another event than this run would release
+    (another noise, sampling or view: one ledger composes one event). ``resume=True`` on a folder with
+    no run starts one. A resumed run continues from ``checkpoint.pt`` and counts every ledger entry,
+    including releases after the checkpoint; with the checkpoint lost it restarts from step 0 with every
+    release still charged, and says so through ``warn`` (default: a ``ResumeWarning``). Two runs never
+    write into one folder at once (``run_folder.locked``).
+
+    Raises:
+        ValueError: every refusal above (``LedgerError`` names a corrupt ledger's file and line).
+        TrainingInterrupted: on Ctrl-C (a ``KeyboardInterrupt``), with where the run stopped.
     """
     c = config
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    run = _Run(pool, c, out, device, resume)
-    try:
-        return _loop(model, pool, loss_fn, c, out, run, device, progress, resume)
-    finally:
-        run.close()
+    out = run_folder.check_out_path(out_dir)
+    record = {"config": _json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
+    state, changed = run_folder.check_folder(out, record, resume, resume_changed)
+    run = _Run(pool, c, device)
+    _check_ledgers(out, state, changed, run, _warn if warn is None else warn)
+    run_folder.create(out)
+    with run_folder.locked(out):
+        if run_folder.inspect(out).run_files != state.run_files:  # another run wrote here after the first check
+            state, changed = run_folder.check_folder(out, record, resume, resume_changed)
+            _check_ledgers(out, state, changed, run, None)
+        stored = state.stored
+        if stored is None or "setup" not in stored or stored["config"] != record["config"]:
+            history = list(stored.get("history", [])) if stored is not None and "setup" in stored else []
+            if stored is not None:
+                history.append({"config": stored["config"], "releases_before": state.releases, "until": time.time()})
+            run_folder.write_run_file(out, dict(record, history=history))
+        run.open_ledgers(out, resume)
+        try:
+            return _loop(model, pool, loss_fn, c, out, run, device, progress, resume)
+        finally:
+            run.close()
 
 
 def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, progress, resume) -> TrainResult:
@@ -512,57 +668,64 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     sign = -1.0 if c.algorithm in _REPTILE else 1.0  # Reptile moves towards the adapted parameters
     saved = done
     ledger_passes = lambda: len(run.primary_ledger.entries) if run.primary_ledger is not None else 0  # noqa: E731
-    while done < c.steps and run.releases(done) < run.last_step:
-        new_pass = isinstance(run.sampler, BallsInBinsSampler) and run.sampler.step_in_pass == 0
-        if new_pass and run.primary is not None and run.primary.charge == "pass" and ledger_passes() >= run.pass_cap:
-            break
-        drawn = run.sampler.sample()
-        if drawn.dtype == torch.bool:
-            rows, weights = _sampled_rows(drawn, run.capacity)
-        else:
-            rows, weights = drawn, torch.ones(drawn.numel(), device=drawn.device)
-        visits = run.count_visits(rows, weights)
-        added = 0
-        if visits is not None:
-            top = int(visits.max()) if visits.numel() else 0
-            if top > run.visit_cap:  # a record would pass the budget: stop before anything is released
+    try:
+        while done < c.steps and run.releases(done) < run.last_step:
+            new_pass = isinstance(run.sampler, BallsInBinsSampler) and run.sampler.step_in_pass == 0
+            if new_pass and run.primary is not None and run.primary.charge == "pass" and ledger_passes() >= run.pass_cap:
                 break
-            added = top - run.max_visits
-        contributions, task_losses = _per_task(model, params, pool, rows, loss_fn, c, run)
-        threshold = run.policy.threshold
-        norms = None
-        if central and math.isfinite(threshold) and c.bounded:
-            contributions, norms = F.clip(contributions, threshold, c.clip_mode)
-        elif c.algorithm == "dp-maml" and c.clip_policy == "raw-percentile":
-            norms = F.flat_norms(contributions)
-        std = z_sum * threshold if central and c.bounded else 0.0
-        if c.algorithm == "dp-maml-sample":  # clipped per example (in _per_task); the noise is z C on the sum
-            std = c.noise_multiplier * c.clip if c.bounded else 0.0
-        total = F.noisy_sum(contributions, weights, std, generator=run.noise_gen)
-        count = None
-        if quantile:
-            unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights
-            count = float(unclipped.sum()) + c.quantile_count_noise * float(
-                torch.randn((), generator=run.noise_gen, device=weights.device, dtype=torch.float64))
-        run.charge(done, new_pass, added)  # every release is on record before it is used
-        if visits is not None:
-            run.record_visits, run.max_visits = visits, run.max_visits + added
-        optimizer.zero_grad()
-        for k, p in params.items():
-            p.grad = sign * total[k] / scale
-        optimizer.step()
-        run.policy.after_release(_flat_norm(total) / run.expected)
-        if count is not None:
-            run.policy.after_count(count, run.expected)
-        if c.clip_policy == "raw-percentile" and norms is not None:
-            run.policy.after_raw_norms(norms[weights > 0].tolist())
-        done += 1
-        losses.append(float((task_losses.detach() * weights).sum() / weights.sum().clamp(min=1.0)))
-        if progress is not None:
-            progress(done, losses[-1], run.spent())
-        if done % c.checkpoint_every == 0 or done >= c.steps or run.releases(done) >= run.last_step:
-            _checkpoint(out, params, optimizer, run, done, losses)
-            saved = done
+            drawn = run.sampler.sample()
+            if drawn.dtype == torch.bool:
+                rows, weights = _sampled_rows(drawn, run.capacity)
+            else:
+                rows, weights = drawn, torch.ones(drawn.numel(), device=drawn.device)
+            visits = run.count_visits(rows, weights)
+            added = 0
+            if visits is not None:
+                top = int(visits.max()) if visits.numel() else 0
+                added = top - run.max_visits
+                if run.visits_on_record() + added > run.visit_cap:  # a record would pass the budget: stop first
+                    break
+            contributions, task_losses = _per_task(model, params, pool, rows, loss_fn, c, run)
+            threshold = run.policy.threshold
+            norms = None
+            if central and math.isfinite(threshold) and c.bounded:
+                contributions, norms = F.clip(contributions, threshold, c.clip_mode)
+            elif c.algorithm == "dp-maml" and c.clip_policy == "raw-percentile":
+                norms = F.flat_norms(contributions)
+            std = z_sum * threshold if central and c.bounded else 0.0
+            if c.algorithm == "dp-maml-sample":  # clipped per example (in _per_task); the noise is z C on the sum
+                std = c.noise_multiplier * c.clip if c.bounded else 0.0
+            total = F.noisy_sum(contributions, weights, std, generator=run.noise_gen)
+            count = None
+            if quantile:
+                unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights
+                count = float(unclipped.sum()) + c.quantile_count_noise * float(
+                    torch.randn((), generator=run.noise_gen, device=weights.device, dtype=torch.float64))
+            run.charge(done, new_pass, added)  # every release is on record before it is used
+            if visits is not None:
+                run.record_visits, run.max_visits = visits, run.max_visits + added
+            optimizer.zero_grad()
+            for k, p in params.items():
+                p.grad = sign * total[k] / scale
+            optimizer.step()
+            run.policy.after_release(_flat_norm(total) / run.expected)
+            if count is not None:
+                run.policy.after_count(count, run.expected)
+            if c.clip_policy == "raw-percentile" and norms is not None:
+                run.policy.after_raw_norms(norms[weights > 0].tolist())
+            done += 1
+            losses.append(float((task_losses.detach() * weights).sum() / weights.sum().clamp(min=1.0)))
+            if progress is not None:
+                progress(done, losses[-1], run.spent())
+            if done % c.checkpoint_every == 0 or done >= c.steps or run.releases(done) >= run.last_step:
+                _checkpoint(out, params, optimizer, run, done, losses)
+                saved = done
+    except KeyboardInterrupt:
+        ledger = run.primary_ledger
+        held = f"; {len(ledger.entries)} releases of the {run.primary.key} view on record" if ledger is not None else ""
+        raise TrainingInterrupted(
+            f"interrupted at step {done + 1} ({done} steps done; checkpoint at step {saved}); the ledgers hold "
+            f"every release{held}; continue with --resume") from None
     if saved != done or not (out / "checkpoint.pt").exists():
         _checkpoint(out, params, optimizer, run, done, losses)
     report = run.report(done)

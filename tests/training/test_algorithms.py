@@ -558,7 +558,7 @@ def test_dp_agr_resume_at_a_checkpoint_continues_the_same_run(tmp_path):
     _agr(7, tmp_path / "split")  # stopped after 7 steps (a checkpoint is written at the end)
     first = ledger_entries(tmp_path / "split" / "ledger-task.jsonl")
     assert len(first) == 2
-    resumed = _agr(30, tmp_path / "split", resume=True)
+    resumed = _agr(30, tmp_path / "split", resume=True, resume_changed=True)  # more steps: a changed setting
     after = ledger_entries(tmp_path / "split" / "ledger-task.jsonl")
     assert [e.hash for e in after[:len(first)]] == [e.hash for e in first]  # the old entries are kept
     assert len(after) == cap and resumed.steps_done == full.steps_done
@@ -572,13 +572,13 @@ def test_dp_agr_resume_from_an_older_checkpoint_counts_the_later_releases(tmp_pa
     _agr(5, out)  # one pass; checkpoint at step 5
     saved = tmp_path / "checkpoint-step5.pt"
     shutil.copy(out / "checkpoint.pt", saved)
-    _agr(7, out, resume=True)  # a second pass starts (charged at step 5) ...
+    _agr(7, out, resume=True, resume_changed=True)  # a second pass starts (charged at step 5) ...
     released = ledger_entries(out / "ledger-task.jsonl")
     assert len(released) == 2
     shutil.copy(saved, out / "checkpoint.pt")  # ... and the process dies before its next checkpoint
     full = _agr(30, tmp_path / "full")
     cap = len(ledger_entries(tmp_path / "full" / "ledger-task.jsonl"))
-    resumed = _agr(30, out, resume=True)
+    resumed = _agr(30, out, resume=True, resume_changed=True)
     after = ledger_entries(out / "ledger-task.jsonl")
     assert [e.hash for e in after[:2]] == [e.hash for e in released]  # nothing released is forgotten
     assert len(after) <= cap  # the redone pass is charged again, and the budget still holds

@@ -90,12 +90,93 @@ def test_data_dir_honours_metadp_data(monkeypatch, tmp_path):
     assert str(tmp_path / "absent") in message and str(data._default_data_dir()) in message
 
 
-def test_data_dir_default_missing_names_both_places(monkeypatch, tmp_path):
+def _fake_install(monkeypatch, tmp_path):
+    """Places the package, as ``data`` sees itself, in a virtual environment (a non-editable install)."""
+    fake = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "metadp" / "training" / "data.py"
+    monkeypatch.setattr(data, "__file__", str(fake))
     monkeypatch.delenv("METADP_DATA", raising=False)
-    monkeypatch.setattr(data, "_default_data_dir", lambda: tmp_path / "nowhere")
-    with pytest.raises(FileNotFoundError, match="METADP_DATA") as error:
+
+
+def _checkout(root):
+    """A metadp checkout at ``root`` with its data at ``root/../shared/data/omniglot``; returns the data folder."""
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "metadp"\nversion = "0"\n')
+    folder = root.parent / "shared" / "data" / "omniglot"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_data_dir_search_order(monkeypatch, tmp_path):
+    _fake_install(monkeypatch, tmp_path)
+    shared = _checkout(tmp_path / "work" / "repo")
+    (tmp_path / "work" / "repo" / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "work" / "repo" / "docs")  # anywhere inside the checkout
+    assert data_dir() == shared.resolve()
+    env = tmp_path / "env"
+    env.mkdir()
+    monkeypatch.setenv("METADP_DATA", str(env))
+    assert data_dir() == env  # $METADP_DATA before the checkout
+    explicit = tmp_path / "explicit"
+    explicit.mkdir()
+    assert data_dir(explicit) == explicit  # --data-dir before $METADP_DATA
+    with pytest.raises(FileNotFoundError, match="--data-dir"):
+        data_dir(tmp_path / "absent")  # given, so never passed over for the next place
+
+
+def test_non_editable_install_outside_a_checkout_names_every_place_tried(monkeypatch, tmp_path):
+    _fake_install(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as error:
         data_dir()
-    assert str(tmp_path / "nowhere") in str(error.value)
+    message = str(error.value)
+    assert "--data-dir" in message and "METADP_DATA" in message and "../shared/data/omniglot" in message
+    assert str(tmp_path) in message  # the current folder it looked above
+    # a folder that is not a metadp checkout does not count, even with a shared/ folder beside it
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "pyproject.toml").write_text('[project]\nname = "another"\n')
+    (tmp_path / "shared" / "data" / "omniglot").mkdir(parents=True)
+    monkeypatch.chdir(other)
+    with pytest.raises(FileNotFoundError):
+        data_dir()
+
+
+def test_the_packages_own_checkout_is_the_last_place(monkeypatch, tmp_path):
+    # an editable install: the package's file is in a checkout; the current folder is in none
+    monkeypatch.delenv("METADP_DATA", raising=False)
+    shared = _checkout(tmp_path / "work" / "repo")
+    monkeypatch.setattr(data, "__file__", str(tmp_path / "work" / "repo" / "metadp" / "training" / "data.py"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert data_dir() == shared.resolve()
+
+
+def test_train_omniglot_after_a_non_editable_install_is_one_line(monkeypatch, tmp_path, capsys):
+    from metadp.cli import main
+
+    _fake_install(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    assert main(["train", "maml", "--data", "omniglot", "--steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("metadp: error: --data omniglot: no Omniglot data folder")
+    assert "--data-dir" in err[0] and "METADP_DATA" in err[0] and not out.exists()
+
+
+def test_omniglot_folder_check(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no Omniglot background data"):
+        data.check_omniglot_folder(tmp_path)
+    for name in data.BACKGROUND_ZIPS:
+        (tmp_path / name).write_bytes(b"not a zip")
+    with pytest.raises(FileNotFoundError, match=data.ONE_SHOT_ZIP):
+        data.check_omniglot_folder(tmp_path)
+    with pytest.raises(ValueError, match="is not a zip archive"):
+        data.check_omniglot_folder(tmp_path, one_shot=False)
+    with pytest.raises(ValueError, match="is not a zip archive"):  # the loaders refuse it too, by name
+        load_omniglot_background(tmp_path)
+    (tmp_path / data.ONE_SHOT_ZIP).write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=data.ONE_SHOT_ZIP):
+        load_one_shot_runs(tmp_path)
 
 
 def test_default_is_the_shared_folder_next_to_the_repository():

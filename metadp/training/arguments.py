@@ -1,0 +1,241 @@
+"""Checks of ``metadp train``'s flags, before anything is loaded or written (``metadp.training.command``).
+
+Every flag either takes effect or is refused: a flag given to an algorithm (or data set) that does not
+read it is an error naming the flag, never silently dropped. Flags whose default depends on the
+algorithm are ``None`` in the parser and filled in here (``DEFAULTS``). Each refusal is a ValueError
+naming the flag, the value and what is allowed; the command prints it on one line and exits with 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["DEFAULTS", "check_train_args", "check_device"]
+
+PRIVATE = ("dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr")
+MAML_FAMILY = ("maml", "reptile") + PRIVATE
+_CENTRAL = ("dp-maml", "dp-agr", "dp-agrlr")  # per-task clip and noise on the sum (policies adapt that clip)
+_INNER_DP = ("dp-maml-sample", "dp-agrlr", "dp-reptile")  # per-example clip and noise inside each task
+_ZERO_INNER_STEPS_OK = ("maml", "dp-maml", "dp-agr")
+
+# flag -> (the algorithms that read it, in words)
+_READERS = {
+    "unit": (PRIVATE, "the private algorithms"),
+    "sampler": (MAML_FAMILY, "the MAML and Reptile family"),
+    "noise": (PRIVATE, "the private algorithms"),
+    "clip": (("dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"), "dp-maml, dp-maml-sample, dp-agr, dp-agrlr"),
+    "clip_mode": (("dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"), "dp-maml, dp-maml-sample, dp-agr, dp-agrlr"),
+    "clip_policy": (_CENTRAL, "dp-maml, dp-agr, dp-agrlr (their per-task clip)"),
+    "count_noise": (_CENTRAL, "dp-maml, dp-agr, dp-agrlr with --clip-policy quantile"),
+    "inner_clip": (_INNER_DP, "dp-maml-sample, dp-agrlr, dp-reptile"),
+    "inner_noise": (_INNER_DP, "dp-maml-sample, dp-agrlr, dp-reptile"),
+    "meta_batch": (MAML_FAMILY, "the MAML and Reptile family"),
+    "pool": (MAML_FAMILY, "the MAML and Reptile family"),
+    "inner_steps": (MAML_FAMILY, "the MAML and Reptile family"),
+    "inner_lr": (MAML_FAMILY, "the MAML and Reptile family"),
+    "first_order": (("maml", "dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"),
+                    "maml, dp-maml, dp-maml-sample, dp-agr, dp-agrlr (Reptile is first order by construction)"),
+    "chunk_size": (MAML_FAMILY, "the MAML and Reptile family"),
+    "checkpoint_every": (MAML_FAMILY, "the MAML and Reptile family"),
+    "resume": (MAML_FAMILY, "the MAML and Reptile family (protonet runs cannot be resumed)"),
+    "resume_changed": (MAML_FAMILY, "the MAML and Reptile family, with --resume"),
+}
+_PROTONET_ONLY = ("obfuscation", "cell", "m", "radius", "sigma", "denoiser", "denoise_weight", "ways", "shots", "query")
+
+# flag defaults that depend on the algorithm or the data are None in the parser and set here
+DEFAULTS = {"delta": 1e-5, "clip": 1.0, "clip_mode": "flat", "clip_policy": "fixed", "inner_clip": 1.0,
+            "meta_batch": 32.0, "pool": 10000, "inner_steps": 1, "norm": "batch", "checkpoint_every": 50}
+
+_MAX_SEED = 2**63 - 1
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _given(args, name: str) -> bool:
+    value = getattr(args, name)
+    return value is not None and value is not False
+
+
+def _real(args, name: str, *, low: float, low_open: bool, high: float = math.inf, high_open: bool = False) -> None:
+    value = getattr(args, name)
+    if value is None:
+        return
+    left, right = "(" if low_open else "[", ")" if high_open or math.isinf(high) else "]"
+    ok = math.isfinite(value) and (value > low if low_open else value >= low) and (
+        value < high if high_open else value <= high)
+    if not ok:
+        allowed = (f"a finite number > {low:g}" if low_open else f"a finite number >= {low:g}") if math.isinf(high) \
+            else f"a number in {left}{low:g}, {high:g}{right}"
+        raise ValueError(f"{_flag(name)} must be {allowed}, got {value:g}")
+
+
+def _whole(args, name: str, minimum: int, maximum: int = _MAX_SEED) -> None:
+    value = getattr(args, name)
+    if value is not None and not (minimum <= value <= maximum):
+        raise ValueError(f"{_flag(name)} must be a whole number >= {minimum}"
+                         f"{f' and <= {maximum}' if maximum < _MAX_SEED else ''}, got {value}")
+
+
+def check_device(text: str) -> None:
+    """Refuses a ``--device`` torch cannot use here: cpu, cuda or cuda:N (with CUDA), mps (where present)."""
+    import torch
+
+    allowed = "cpu, cuda, cuda:N or mps"
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device must be {allowed}, got {text!r}") from None
+    if device.type == "cpu":
+        return
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA GPU"
+            raise ValueError(f"--device {text}: CUDA is not available here ({why}); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {text}: there are {torch.cuda.device_count()} CUDA devices (cuda:0 to "
+                             f"cuda:{torch.cuda.device_count() - 1})")
+        return
+    if device.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"--device {text}: MPS (Apple GPU) is not available here; use --device cpu")
+        return
+    raise ValueError(f"--device must be {allowed}, got {text!r}")
+
+
+def check_train_args(args) -> None:
+    """Validates ``metadp train``'s flags in place (and fills in ``DEFAULTS``); reads nothing from disk.
+
+    Raises:
+        ValueError: the first flag that is out of range, does not apply to the algorithm or the data, or
+            conflicts with another; the message names it and what is allowed.
+    """
+    algorithm, protonet = args.algorithm, args.algorithm == "protonet"
+    _check_numbers(args)
+    if args.data_dir is not None and args.data != "omniglot":
+        raise ValueError(f"--data-dir applies to --data omniglot, not --data {args.data}; drop it")
+    if args.rotations and args.data != "omniglot":
+        raise ValueError(f"--rotations applies to --data omniglot, not --data {args.data}; drop it")
+    if args.norm is not None and args.data == "sinusoid":
+        raise ValueError("--norm applies to image data (--data glyphs or omniglot); sinusoid uses an MLP: drop it")
+    if protonet:
+        _check_protonet(args)
+    else:
+        given = [_flag(n) for n in _PROTONET_ONLY if _given(args, n)]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to protonet only, not {algorithm}; drop them")
+        _check_readers(args)
+        _check_maml_family(args)
+    for name, value in DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+def _check_numbers(args) -> None:
+    _real(args, "epsilon", low=0.0, low_open=True)
+    _real(args, "delta", low=0.0, low_open=True, high=1.0, high_open=True)
+    _real(args, "noise", low=0.0, low_open=False)
+    _real(args, "clip", low=0.0, low_open=True)
+    _real(args, "count_noise", low=0.0, low_open=True)
+    _real(args, "inner_clip", low=0.0, low_open=True)
+    _real(args, "inner_noise", low=0.0, low_open=False)
+    _real(args, "meta_batch", low=0.0, low_open=True)
+    _real(args, "inner_lr", low=0.0, low_open=True)
+    _real(args, "outer_lr", low=0.0, low_open=True)
+    _real(args, "denoise_weight", low=0.0, low_open=False)
+    _whole(args, "steps", 1)
+    _whole(args, "pool", 1)
+    _whole(args, "inner_steps", 0 if args.algorithm in _ZERO_INNER_STEPS_OK else 1)
+    _whole(args, "chunk_size", 1)
+    _whole(args, "checkpoint_every", 1)
+    _whole(args, "seed", 0)
+    _whole(args, "eval_tasks", 1)
+    _whole(args, "cell", 1)
+    _whole(args, "m", 1)
+    _whole(args, "radius", 0)
+    _whole(args, "ways", 2)
+    _whole(args, "shots", 1)
+    _whole(args, "query", 1)
+
+
+def _check_readers(args) -> None:
+    algorithm = args.algorithm
+    for name, (readers, who) in _READERS.items():
+        if _given(args, name) and algorithm not in readers:
+            if algorithm in ("maml", "reptile") and name in ("unit", "noise", "clip", "clip_mode", "clip_policy",
+                                                            "count_noise", "inner_clip", "inner_noise"):
+                continue  # the non-private case below names every private flag at once
+            raise ValueError(f"{_flag(name)} applies to {who}, not {algorithm}; drop it")
+    if algorithm in ("maml", "reptile"):
+        private = [_flag(n) for n in ("epsilon", "delta", "noise", "unit", "clip", "clip_mode", "clip_policy",
+                                      "count_noise", "inner_clip", "inner_noise") if _given(args, n)]
+        if private:
+            raise ValueError(f"{', '.join(private)} set a privacy budget or mechanism, but {algorithm} is "
+                             f"non-private and would ignore them: drop them, or train dp-{algorithm}")
+
+
+def _check_maml_family(args) -> None:
+    algorithm, private = args.algorithm, args.algorithm in PRIVATE
+    if args.resume_changed and not args.resume:
+        raise ValueError("--resume-changed applies with --resume (it lets a resumed run change its settings)")
+    if private and args.epsilon is None and args.noise is None and args.inner_noise is None:
+        raise ValueError(f"{algorithm} needs --epsilon (the budget) or --noise (then the budget is unlimited)")
+    pool = args.pool if args.pool is not None else DEFAULTS["pool"]
+    meta_batch = args.meta_batch if args.meta_batch is not None else DEFAULTS["meta_batch"]
+    if meta_batch > pool:
+        raise ValueError(f"--meta-batch must be <= --pool ({pool:,} tasks), got {meta_batch:g}: tasks are sampled "
+                         "from the pool (a Poisson rate meta-batch / pool above 1 does not exist)")
+    sampler = args.sampler or ("one-pass" if algorithm in ("dp-agr", "dp-agrlr", "dp-reptile") else "poisson")
+    if sampler == "fixed" and meta_batch != int(meta_batch):
+        raise ValueError(f"--meta-batch must be a whole number with --sampler fixed (the batch size), got {meta_batch:g}")
+    unit = args.unit or ("record" if algorithm in ("dp-maml-sample", "dp-reptile") else "task")
+    if unit == "record-vs-server" and algorithm != "dp-agrlr":
+        raise ValueError("--unit record-vs-server (the record against the server that sees each client's update) "
+                         f"applies to dp-agrlr only, not {algorithm}")
+    if unit == "task" and algorithm == "dp-reptile":
+        raise ValueError("--unit task: dp-reptile has no task-level guarantee (each task's update reaches the "
+                         "meta-learner without task-level noise); use --unit record")
+    if sampler == "fixed" and unit == "record" and algorithm in ("dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"):
+        raise ValueError(f"--sampler fixed: {algorithm} has no record-level bound for fixed-size task batches "
+                         "(records are shared between tasks), so --unit record cannot be budgeted; use --unit "
+                         "task or --sampler poisson")
+    visit_charged = (algorithm == "dp-reptile" and unit == "record") or unit == "record-vs-server"
+    if visit_charged and args.epsilon is not None and args.noise is None and args.inner_noise is None \
+            and sampler != "one-pass":
+        raise ValueError(f"--epsilon without --inner-noise: the {unit} view of {algorithm} is charged per visit, "
+                         f"and visits are random under --sampler {sampler}, so the noise cannot be calibrated; "
+                         "give --inner-noise, or use --sampler one-pass")
+    policy = args.clip_policy or "fixed"
+    if policy == "raw-percentile" and args.epsilon is not None:
+        raise ValueError("--clip-policy raw-percentile computes clipping thresholds from raw gradient norms: the run "
+                         "has no privacy guarantee, so --epsilon cannot be its budget; drop --epsilon (give --noise)")
+    if args.count_noise is not None and policy != "quantile":
+        raise ValueError(f"--count-noise applies to --clip-policy quantile, not {policy}; drop it")
+
+
+def _check_protonet(args) -> None:
+    ignored = [_flag(n) for n in _READERS if _given(args, n)]
+    if ignored:
+        raise ValueError(f"{', '.join(ignored)} do not apply to protonet (it reads --data, --obfuscation and its "
+                         "options, --epsilon and --delta with dp-pix, --steps, --outer-lr, --seed, --device, --norm, "
+                         "--rotations, --eval-tasks, --out); drop them")
+    if args.data == "sinusoid":
+        raise ValueError("--data sinusoid: protonet classifies images; use --data glyphs or --data omniglot")
+    obfuscation = args.obfuscation or "none"
+    reads = {"none": (), "dp-pix": ("epsilon", "cell", "m", "delta"), "pixelize": ("cell",),
+             "blur": ("radius", "sigma"), "gaussian": ("sigma",)}[obfuscation]
+    needs = {"dp-pix": ("epsilon", "cell"), "pixelize": ("cell",), "blur": ("radius",),
+             "gaussian": ("sigma",)}.get(obfuscation, ())
+    for name in ("epsilon", "delta", "cell", "m", "radius", "sigma"):
+        if name in needs and getattr(args, name) is None:
+            raise ValueError(f"--obfuscation {obfuscation} needs {_flag(name)}")
+        if name not in reads and getattr(args, name) is not None:
+            raise ValueError(f"{_flag(name)} does not apply to --obfuscation {obfuscation} (it reads "
+                             f"{', '.join(_flag(n) for n in reads) or 'no option'}); drop it")
+    if obfuscation == "blur" and args.sigma is not None and not (math.isfinite(args.sigma) and args.sigma > 0):
+        raise ValueError(f"--sigma (blur kernel std in pixels) must be a finite number > 0, got {args.sigma:g}")
+    if obfuscation == "gaussian" and not (math.isfinite(args.sigma) and 0 <= args.sigma <= 1):
+        raise ValueError(f"--sigma (noise std in [0, 1] pixel units) must be in [0, 1], got {args.sigma:g}")
+    if args.denoise_weight is not None and not args.denoiser:
+        raise ValueError("--denoise-weight applies with --denoiser; add --denoiser or drop it")
