@@ -217,9 +217,7 @@ def _eps_of(event, delta: float) -> float:
     return RdpAccountant().compose(event).get_epsilon(delta)
 
 
-@_fast(25)
-@given(q=rates, z0=noises, t=steps, delta=deltas)
-def test_calibrate_noise_meets_target_and_is_tight(q, z0, t, delta):
+def _calibrate_noise_meets_target_and_is_tight(q, z0, t, delta):
     target = _eps_of(_plan_event(q, z0, t), delta)
     assume(target > 1e-6)
     z = calibrate_noise(lambda s: _plan_event(q, s, t), target, delta)
@@ -231,9 +229,7 @@ def test_calibrate_noise_meets_target_and_is_tight(q, z0, t, delta):
     assert _eps_of(_plan_event(q, z / (1.0 + 1e-3), t), delta) > target
 
 
-@_fast(25)
-@given(q=rates, z=noises, t0=steps, delta=deltas)
-def test_max_steps_meets_target_and_one_more_step_exceeds_it(q, z, t0, delta):
+def _max_steps_meets_target_and_one_more_step_exceeds_it(q, z, t0, delta):
     step = PoissonSampled(q, Gaussian(z))
     target = _eps_of(SelfComposed(step, t0), delta)
     assume(target > 1e-6)
@@ -243,9 +239,7 @@ def test_max_steps_meets_target_and_one_more_step_exceeds_it(q, z, t0, delta):
     assert _eps_of(SelfComposed(step, t + 1), delta) > target
 
 
-@_fast(20)
-@given(q0=rates, z=noises, t=steps, delta=deltas)
-def test_max_rate_meets_target_and_is_tight(q0, z, t, delta):
+def _max_rate_meets_target_and_is_tight(q0, z, t, delta):
     target = _eps_of(_plan_event(q0, z, t), delta)
     assume(target > 1e-6)
     q = max_rate(lambda r: _plan_event(r, z, t), target, delta)
@@ -256,6 +250,22 @@ def test_max_rate_meets_target_and_is_tight(q0, z, t, delta):
     assert q >= q0 * (1.0 - 1e-3)  # q0 meets the target, and q is the largest to 1e-3
     if q < 1.0:
         assert _eps_of(_plan_event(min(1.0, q * (1.0 + 1e-3)), z, t), delta) > target
+
+
+# Each calibration is a bisection of ~50 accountant calls: a few examples in the default suite, many in
+# the slow sweeps below (the same properties).
+test_calibrate_noise_meets_target_and_is_tight = _fast(6)(given(q=rates, z0=noises, t=steps, delta=deltas)(
+    _calibrate_noise_meets_target_and_is_tight))
+test_max_steps_meets_target_and_one_more_step_exceeds_it = _fast(6)(given(q=rates, z=noises, t0=steps, delta=deltas)(
+    _max_steps_meets_target_and_one_more_step_exceeds_it))
+test_max_rate_meets_target_and_is_tight = _fast(5)(given(q0=rates, z=noises, t=steps, delta=deltas)(
+    _max_rate_meets_target_and_is_tight))
+test_calibrate_noise_tight_sweep = pytest.mark.slow(_fast(40)(given(q=rates, z0=noises, t=steps, delta=deltas)(
+    _calibrate_noise_meets_target_and_is_tight)))
+test_max_steps_sweep = pytest.mark.slow(_fast(40)(given(q=rates, z=noises, t0=steps, delta=deltas)(
+    _max_steps_meets_target_and_one_more_step_exceeds_it)))
+test_max_rate_sweep = pytest.mark.slow(_fast(40)(given(q0=rates, z=noises, t=steps, delta=deltas)(
+    _max_rate_meets_target_and_is_tight)))
 
 
 # ---------------------------------------------------------------------------------------------

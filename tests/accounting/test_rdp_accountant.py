@@ -279,12 +279,27 @@ PROBES = [1, 2, 5, 17, 100, 250, 1000, 10_000]
     ids=["default", "rate0.01-noise20", "gaussian10"],
 )
 def test_trajectory_with_step_event(spec, step_event, delta):
-    steps = np.arange(0, 10_001)
+    # every count for RDP (cheap); for PLD, whose every count is one FFT composition, 0, the probes and
+    # 60 log-spaced counts here (test_pld_trajectory_at_every_count, slow, takes all 10,001)
+    steps = np.arange(0, 10_001) if spec.name == "rdp" else np.unique(np.concatenate(
+        [[0], PROBES, np.geomspace(1, 10_000, 60).astype(int)]))
+    _check_trajectory(spec, steps, step_event, delta)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step_event,delta", [(DEFAULT_STEP, 1e-6), (PoissonSampled(0.01, Gaussian(20.0)), 1e-5)],
+                         ids=["default", "rate0.01-noise20"])
+def test_pld_trajectory_at_every_count(step_event, delta):
+    _check_trajectory(next(s for s in ACCOUNTANTS if s.name == "pld"), np.arange(0, 10_001), step_event, delta)
+
+
+def _check_trajectory(spec, steps, step_event, delta):
     traj = spec.factory().trajectory(steps, delta, step_event=step_event)
     assert traj.shape == (len(steps),)
     assert traj[0] == 0.0
     assert np.all(np.diff(traj) >= 0)
-    _check_against_fresh(spec, traj[PROBES], PROBES, delta, step_event)
+    where = {int(t): i for i, t in enumerate(steps)}
+    _check_against_fresh(spec, traj[[where[p] for p in PROBES]], PROBES, delta, step_event)
 
 
 # Regression: with few step counts, checkpoint picks once dropped indices (4% above get_epsilon).

@@ -1,0 +1,13 @@
+"""Suite-wide settings.
+
+The default run is spread over the machine's cores by pytest-xdist (``-n auto`` in pyproject.toml).
+Each worker then keeps to one thread for its numeric libraries (BLAS, OpenMP, torch's intra-op pool):
+two workers each running two threads on two cores only fight over them. Set here, before any test
+module imports numpy or torch, and only in xdist workers, so a one-process run (``-n 0``) is untouched.
+"""
+
+import os
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
