@@ -238,21 +238,29 @@ def _check_protonet_shapes(args, config, train_images, held_images) -> None:
 
 
 def _setup(args):
+    """(model, pool, loss, default inner lr); the model's initial weights come from ``--seed`` (its own
+    stream), so a run is reproducible."""
     import torch
 
     from metadp.training import data, models, tasks
+    from metadp.training.trainer import _stream_seed
 
     if args.data == "sinusoid":
         pool = tasks.SinusoidPool(args.pool, 10, 10, seed=args.seed, device=args.device)
-        return models.MLP(), pool, lambda o, y: ((o - y) ** 2).mean(), 0.01
-    if args.data == "glyphs":
+        make, loss, inner_lr = models.MLP, lambda o, y: ((o - y) ** 2).mean(), 0.01
+    elif args.data == "glyphs":
         images = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
         pool = tasks.EpisodePool(images[:150], args.pool, n_way=5, k_shot=1, k_query=1, seed=args.seed)
-        return models.Conv4(5, norm=args.norm).to(args.device), pool, torch.nn.functional.cross_entropy, 0.4
-    images = data.load_omniglot_background(rotations=args.rotations, device=args.device).images  # no download
-    pool = tasks.EpisodePool(images, args.pool, n_way=20, k_shot=1, k_query=1, seed=args.seed)
-    # inner lr 0.1: Finn et al.'s 20-way Omniglot setting (0.4 overshoots at initialisation: the support loss rises)
-    return models.Conv4(20, norm=args.norm).to(args.device), pool, torch.nn.functional.cross_entropy, 0.1
+        make, loss, inner_lr = (lambda: models.Conv4(5, norm=args.norm)), torch.nn.functional.cross_entropy, 0.4
+    else:
+        images = data.load_omniglot_background(rotations=args.rotations, device=args.device).images  # no download
+        pool = tasks.EpisodePool(images, args.pool, n_way=20, k_shot=1, k_query=1, seed=args.seed)
+        # inner lr 0.1: Finn et al.'s 20-way Omniglot setting (0.4 overshoots at initialisation: the support loss rises)
+        make, loss, inner_lr = (lambda: models.Conv4(20, norm=args.norm)), torch.nn.functional.cross_entropy, 0.1
+    with torch.random.fork_rng(devices=[]):  # leaves the global generator as it was
+        torch.manual_seed(_stream_seed(args.seed, "model"))
+        model = make()
+    return model.to(args.device), pool, loss, inner_lr
 
 
 def _evaluate(args, model, params, loss_fn, inner_lr):
