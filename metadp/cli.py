@@ -7,6 +7,7 @@ with status 2 and one line on stderr naming the parameter and the allowed range.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -14,6 +15,14 @@ from pathlib import Path
 from typing import List, Optional
 
 from metadp import __version__
+from metadp.accounting import calibration
+from metadp.cite import cite
+from metadp.integrations._event_report import event_report
+from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
+from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
+from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
+from metadp.training.parser import add_train_parser
+from metadp.verify.command import add_verify_parser, run_verify
 
 _EXAMPLES = {
     "plan": ("examples:\n  metadp plan\n  metadp plan examples/dp_sgd_mnist.toml --json\n  metadp plan my_plan.toml --latex\n"
@@ -89,11 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
     c.add_argument("--solve", choices=("noise", "steps", "rate"), default="noise", help="what to solve for (default noise)")
     _output_options(c, latex=False)
 
-    from metadp.verify.command import add_verify_parser
 
     add_verify_parser(sub, _number, argparse.RawDescriptionHelpFormatter)
 
-    from metadp.training.command import add_train_parser  # argument parsing only: torch is imported on use
 
     add_train_parser(sub, _number, argparse.RawDescriptionHelpFormatter)
     return parser
@@ -175,8 +182,6 @@ def _emit(report, args) -> None:
 
 
 def _cmd_plan(args) -> None:
-    from metadp.plan import default_plan, load_plan, plan_epsilon
-
     if args.dp_event is not None:
         return _cmd_plan_dp_event(args)
     for flag in ("--delta", "--unit", "--relation", "--noise-relative-to"):
@@ -185,28 +190,22 @@ def _cmd_plan(args) -> None:
     if args.overwrite and not args.plot:
         raise ValueError("--overwrite applies only with --plot FILE")
     if args.plot:  # before the accounting and the printed report, not after
-        from metadp.plan_plot import _check_path, _matplotlib
 
         try:
-            _check_path(args.plot, args.overwrite)
+            check_plot_path(args.plot, args.overwrite)
         except ValueError as err:
             raise ValueError(f"--plot: {err}") from None
-        _matplotlib()
+        require_matplotlib()
     plan = load_plan(Path(args.file)) if args.file else default_plan()  # always a path, even with '='
     report = plan_epsilon(plan, accountant=args.accountant)
     _emit(report, args)
     if args.plot:
-        from metadp.plan_plot import plot_plan
-
         plot_plan(plan, args.plot, report=report, overwrite=args.overwrite)
         print(f"figure: {args.plot} (certified epsilon over steps{' and units' if report.other_units else ''})",
               file=sys.stderr)
 
 
 def _cmd_plan_dp_event(args) -> None:
-    from metadp.integrations._event_report import event_report
-    from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
-
     for given, flag in ((args.file, "a plan FILE"), (args.plot, "--plot"), (args.overwrite, "--overwrite"),
                         (args.latex, "--latex")):
         if given:
@@ -228,11 +227,6 @@ def _cmd_plan_dp_event(args) -> None:
 
 
 def _cmd_cite(args) -> None:
-    from pathlib import Path
-
-    from metadp.cite import cite
-    from metadp.plan import default_plan, load_plan, plan_epsilon
-
     if args.force and not args.out:
         raise ValueError("--force applies only with --out FILE")
     out = Path(args.out) if args.out else None
@@ -260,17 +254,12 @@ def _cmd_cite(args) -> None:
 
 
 def _cmd_epsilon(args) -> None:
-    from metadp.plan import Plan, plan_epsilon
-
     _check_sampling_flags(args)
     plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps))
     _emit(plan_epsilon(plan, accountant=args.accountant), args)
 
 
 def _cmd_calibrate(args) -> None:
-    from metadp.accounting import calibration
-    from metadp.plan import Plan, plan_epsilon
-
     _check_sampling_flags(args)
     solved = {"noise": [("--noise", args.noise)], "steps": [("--steps", args.steps)],
               "rate": [("--rate", args.rate), ("--batch", args.batch)]}[args.solve]
@@ -321,15 +310,20 @@ def _cmd_calibrate(args) -> None:
 
 
 def _cmd_verify(args) -> int:
-    from metadp.verify.command import run_verify
-
     return run_verify(args)  # 0 consistent, 1 VIOLATION, 3 inconclusive (metadp verify --help)
 
 
 def _cmd_train(args) -> None:
-    from metadp.training.command import run_train
-
-    run_train(args)
+    # The one metadp module loaded on demand: the trainer needs torch, an optional dependency, and every
+    # other command (and this one's --help, from metadp.training.parser) must work without it.
+    try:
+        command = importlib.import_module("metadp.training.command")
+    except ModuleNotFoundError as err:
+        if err.name != "torch":
+            raise
+        raise ValueError('metadp train needs torch: pip install "metadp[train]" (CPU build first: '
+                         "pip install torch==2.13.0, or the build for your machine)") from None
+    command.run_train(args)
 
 
 _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,

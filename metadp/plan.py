@@ -16,10 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from metadp._validation import check_count, check_delta, check_positive, check_probability
-from metadp.accounting import events as ev
+from metadp.core.validation import check_count, check_delta, check_positive, check_probability
+from metadp.core import events as ev
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
-from metadp.accounting.calibration import ACCOUNTANTS
+from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
 from metadp.report import Report, build_report

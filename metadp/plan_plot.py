@@ -41,10 +41,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from metadp._validation import check_count, check_delta
-from metadp.accounting.calibration import ACCOUNTANTS
+from metadp.core.validation import check_count, check_delta
+from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
-from metadp.plan import Plan, plan_epsilon
+from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.report import Report, format_upper
 from metadp.units import UnitView, unit_views
 
@@ -54,7 +54,7 @@ _FORMATS = {".png": "png", ".pdf": "pdf"}
 _RELATION = {"add_remove": "add/remove", "substitute": "substitution"}
 
 
-def _matplotlib():
+def require_matplotlib():
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -64,7 +64,7 @@ def _matplotlib():
     return Figure, FigureCanvasAgg
 
 
-def _check_path(path, overwrite: bool) -> Tuple[Path, str]:
+def check_plot_path(path, overwrite: bool) -> Tuple[Path, str]:
     path = Path(path)
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -185,7 +185,7 @@ def _right_panel(ax, steps, units, delta, notes) -> None:
 
 
 def _figure(plan, report, grid, series, units, delta, notes):
-    Figure, FigureCanvasAgg = _matplotlib()
+    Figure, FigureCanvasAgg = require_matplotlib()
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig = Figure(figsize=(12.0 if units else 6.6, 4.8))
@@ -247,9 +247,9 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
     delta = plan.delta if delta is None else check_delta("delta", delta)
     points = check_count("points", points, minimum=2)
     names = _check_accountants(accountants)
-    path, fmt = _check_path(path, overwrite)
+    path, fmt = check_plot_path(path, overwrite)
     _check_report(report, plan, delta)
-    _matplotlib()  # fail before the accounting, not after
+    require_matplotlib()  # fail before the accounting, not after
 
     at_delta = dataclasses.replace(plan, delta=delta)
     report = report or plan_epsilon(at_delta)
@@ -315,7 +315,6 @@ def _unit_series(views, report, series, releases, delta, notes) -> Dict[str, Dic
 def _main(argv=None) -> None:
     import argparse
 
-    from metadp.plan import default_plan, load_plan
 
     parser = argparse.ArgumentParser(prog="python -m metadp.plan_plot",
                                      description="Plot a plan's certified epsilon over training steps.")

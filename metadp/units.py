@@ -27,7 +27,7 @@ import math
 from fractions import Fraction
 from typing import Mapping, Optional, Sequence, Tuple
 
-from metadp.accounting import events as ev
+from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, Level, multistage_amplification
 
 __all__ = ["UnitView", "parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "LEVEL_KEYS"]

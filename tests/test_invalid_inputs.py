@@ -28,7 +28,7 @@ from metadp.accounting import (
     epsilon_from_rdp,
 )
 from metadp.accounting.calibration import calibrate_noise, max_rate, max_steps
-from metadp.accounting.rdp import gaussian_rdp, poisson_gaussian_rdp, wor_gaussian_rdp
+from metadp.core.rdp import gaussian_rdp, poisson_gaussian_rdp, wor_gaussian_rdp
 from metadp.plan import Plan, load_plan, plan_epsilon
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -138,7 +138,7 @@ def test_every_notebook_runs_without_errors(tmp_path):
 def _imports_torch(path: Path) -> bool:
     """A code cell imports torch, or a metadp.training module that needs it (all but budget, ledger,
     privacy), directly."""
-    light = ("metadp.training.budget", "metadp.training.ledger", "metadp.training.privacy")
+    light = ("metadp.training.budget", "metadp.accounting.ledger", "metadp.training.privacy")
     for cell in load(path)["cells"]:
         if cell["cell_type"] != "code":
             continue

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metadp.accounting.calibration import ACCOUNTANTS
-from metadp.accounting import events as ev
+from metadp.accounting.registry import ACCOUNTANTS
+from metadp.core import events as ev
 from metadp.accounting.pld import PldAccountant
 from metadp.plan import default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import plot_plan

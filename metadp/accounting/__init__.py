@@ -1,6 +1,24 @@
-"""Privacy accounting: events (the plan algebra), RDP curves, conversions, calibration, accountants."""
+"""Accountants: they interpret events (``metadp.core.events``, re-exported here) as privacy guarantees.
 
-from metadp.accounting.events import (
+``RdpAccountant`` (fast, loose) and ``PldAccountant`` (tight: a certified interval), looked up by name in
+``registry.ACCOUNTANTS``; ``calibration`` (noise, steps or rate for a target epsilon, certified);
+``adaptive_clipping`` (the noisy-count noise of private quantile clipping); ``ledger`` (the append-only,
+hash-chained record of every release a training run made, read back by an accountant);
+``allocation`` (the Poisson proxy beside a random-allocation pass).
+"""
+
+from metadp.accounting.ledger import Ledger, LedgerCorruptError, LedgerError, TornLedgerError
+from metadp.accounting.pld import PldAccountant, PldResult
+from metadp.accounting.rdp_accountant import (
+    DEFAULT_ORDERS,
+    RELATIONS,
+    RdpAccountant,
+    UnsupportedEventError,
+    event_rdp,
+)
+from metadp.accounting.registry import ACCOUNTANTS, accountant_class, make_accountant
+from metadp.core.conversions import delta_from_rdp, epsilon_from_rdp
+from metadp.core.events import (
     Composed,
     EpisodicSampled,
     Event,
@@ -13,17 +31,11 @@ from metadp.accounting.events import (
     PoissonSampled,
     SelfComposed,
 )
-from metadp.accounting.rdp_accountant import (
-    DEFAULT_ORDERS,
-    RELATIONS,
-    RdpAccountant,
-    UnsupportedEventError,
-    event_rdp,
-)
-from metadp.accounting.conversions import delta_from_rdp, epsilon_from_rdp
 
 __all__ = [
     "Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "FixedSizeSampled",
-    "SelfComposed", "Composed", "EpisodicSampled", "Group", "RdpAccountant", "UnsupportedEventError", "event_rdp",
-    "DEFAULT_ORDERS", "RELATIONS", "epsilon_from_rdp", "delta_from_rdp",
+    "SelfComposed", "Composed", "EpisodicSampled", "Group", "RdpAccountant", "PldAccountant", "PldResult",
+    "UnsupportedEventError", "event_rdp", "DEFAULT_ORDERS", "RELATIONS", "epsilon_from_rdp", "delta_from_rdp",
+    "ACCOUNTANTS", "accountant_class", "make_accountant", "Ledger", "LedgerError", "LedgerCorruptError",
+    "TornLedgerError",
 ]

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
-from metadp._validation import check_positive, check_real
-from metadp.accounting import events as ev
+from metadp.core.validation import check_positive, check_real
+from metadp.core import events as ev
 
 __all__ = ["combined_noise_multiplier", "sum_noise_multiplier", "adaptive_clipping_event"]
 

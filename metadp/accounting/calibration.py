@@ -18,30 +18,27 @@ releases nothing).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from typing import Callable, Optional
 
 from scipy import optimize
 
-from metadp._validation import check_count, check_delta, check_real
-from metadp.accounting import events as ev
-from metadp.accounting.pld import PldAccountant
-from metadp.accounting.rdp_accountant import RdpAccountant
+from metadp.core.validation import check_count, check_delta, check_real
+from metadp.core import events as ev
+from metadp.accounting.registry import ACCOUNTANTS, accountant_class
 
 __all__ = ["ACCOUNTANTS", "certified_epsilon", "calibrate_noise", "max_steps", "max_rate"]
-
-ACCOUNTANTS = {"rdp": RdpAccountant, "pld": PldAccountant}
 
 _NOISE_RANGE = (1e-6, 1e6)  # noise multipliers searched by calibrate_noise
 _MIN_RATE = 1e-12  # the smallest sampling rate max_rate tries
 
 
 def _accountant(accountant: str, relation: str, timed: bool):
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS)}, got {accountant!r}")
-    if accountant == "pld" and not timed:
-        return PldAccountant(relation=relation, max_seconds=math.inf)
-    return ACCOUNTANTS[accountant](relation=relation)
+    cls = accountant_class(accountant)
+    if not timed and "max_seconds" in inspect.signature(cls).parameters:  # the final check has no time budget
+        return cls(relation=relation, max_seconds=math.inf)
+    return cls(relation=relation)
 
 
 def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_remove",

@@ -30,10 +30,15 @@ import numpy as np
 from scipy import fft as sfft
 from scipy import special
 
-from metadp._validation import check_count, check_delta, check_real
 from metadp.accounting import _pld_lattice as _lat
-from metadp.accounting import events as ev
-from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
+from metadp.accounting.rdp_accountant import (RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError,
+                                              _effective_noise_multiplier)
+from metadp.amplification.group import poisson_group_pairs
+from metadp.core import events as ev
+from metadp.core.validation import check_count, check_delta, check_real
+from metadp.mechanisms.episodic import episodic_record_pairs
+from metadp.mechanisms.gaussian import gaussian_pair, poisson_gaussian_pairs
+from metadp.mechanisms.laplace import LaplacePair
 
 __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 
@@ -93,9 +98,6 @@ def _check_noise(event: ev.Event, noise: float, what: str = "noise multiplier") 
 def _cached_pairs(kind: str, *args) -> tuple:
     """One pair object per distinct mechanism, so repeated compositions of it merge into one power
     (and its lattice is built once)."""
-    from metadp.mechanisms.gaussian import gaussian_pair, poisson_gaussian_pairs
-    from metadp.mechanisms.laplace import LaplacePair
-
     if kind == "gaussian":
         return (gaussian_pair(*args),)
     if kind == "laplace":
@@ -119,9 +121,6 @@ def _(event: ev.Laplace, relation):
 
 @event_pairs.register
 def _(event: ev.PoissonSampled, relation):
-    from metadp.accounting.rdp_accountant import _effective_noise_multiplier
-    from metadp.mechanisms.gaussian import poisson_gaussian_pairs
-
     if relation != "add_remove":
         raise _pld_unsupported(event, "Poisson sampling is analysed under the add_remove relation")
     z = _effective_noise_multiplier(event.inner, "PLD")
@@ -132,8 +131,6 @@ def _(event: ev.PoissonSampled, relation):
 
 @event_pairs.register
 def _(event: ev.EpisodicSampled, relation):
-    from metadp.mechanisms.episodic import episodic_record_pairs
-
     if relation != "add_remove":
         raise _pld_unsupported(event, "episodic sampling is analysed under the add_remove relation (one record)")
     if math.isinf(event.inner.noise_multiplier) or event.unit_rate == 0.0 or event.within_rate == 0.0:
@@ -145,8 +142,6 @@ def _(event: ev.EpisodicSampled, relation):
 
 @event_pairs.register
 def _(event: ev.Group, relation):
-    from metadp.amplification.group import poisson_group_pairs
-
     inner, k = event.inner, event.size
     if k == 1:
         return event_pairs(inner, relation)

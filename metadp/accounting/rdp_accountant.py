@@ -22,10 +22,11 @@ from typing import Iterable, List, Sequence, Tuple
 import numpy as np
 from scipy import optimize
 
-from metadp._validation import check_count, check_delta, check_real
-from metadp.accounting import events as ev
-from metadp.accounting.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
-from metadp.accounting.rdp import (
+from metadp.core.validation import check_count, check_delta, check_real
+from metadp.amplification.group import rdp_group
+from metadp.core import events as ev
+from metadp.core.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
+from metadp.core.rdp import (
     gaussian_rdp,
     laplace_rdp,
     orders_array,
@@ -122,8 +123,6 @@ def _(event: ev.Composed, orders, relation):
 
 @event_rdp.register
 def _(event: ev.Group, orders, relation):
-    from metadp.amplification.group import rdp_group
-
     inner, k = event.inner, event.size
     if isinstance(inner, ev.Gaussian):  # exact: sensitivity k (Mironov 2017, Prop. 7)
         return gaussian_rdp(inner.noise_multiplier / (k * _relation_factor(relation)), orders)

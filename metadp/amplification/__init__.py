@@ -31,7 +31,6 @@ from metadp.amplification.one_pass import (
     AllocationEpsilon,
     MonteCarloDelta,
     gaussian_epsilon,
-    poisson_proxy_epsilon,
     random_allocation_delta,
     random_allocation_epsilon,
     shuffle_epsilon,
@@ -52,5 +51,5 @@ __all__ = [
     "simulate_inclusion",
     "group_epsilon_delta", "rdp_group", "gaussian_group_pair", "poisson_group_pairs", "GROUP_DELTA_FORMS",
     "random_allocation_delta", "random_allocation_epsilon", "MonteCarloDelta", "AllocationEpsilon",
-    "poisson_proxy_epsilon", "gaussian_epsilon", "shuffle_epsilon", "SHUFFLE_WARNING", "MC_BOUNDS",
+    "gaussian_epsilon", "shuffle_epsilon", "SHUFFLE_WARNING", "MC_BOUNDS",
 ]

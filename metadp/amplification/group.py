@@ -24,9 +24,9 @@ from typing import Callable, Tuple
 import numpy as np
 from scipy import stats
 
-from metadp._validation import check_count, check_positive, check_real
-from metadp.accounting._logmath import log_expm1
-from metadp.accounting.rdp import orders_array
+from metadp.core.validation import check_count, check_positive, check_real
+from metadp.core._logmath import log_expm1
+from metadp.core.rdp import orders_array
 from metadp.mechanisms.gaussian import GaussianMixturePair, gaussian_pair
 
 __all__ = [

@@ -39,7 +39,7 @@ from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from metadp._validation import check_count
+from metadp.core.validation import check_count
 from metadp.amplification.profiles import AmplifiedProfile
 
 __all__ = ["Level", "Hierarchy", "MultistageBound", "inclusion_probability", "multistage_amplification",

@@ -28,7 +28,7 @@ clipped sum (clip norm C per unit) plus N(0, (z C)^2 I); the relation is add/rem
     Feldman & Shenfeld's analytic bounds (random allocation is dominated by Poisson subsampling at a
     slightly larger rate, plus a small additive delta) are *not* implemented here: their exact
     constants were not verified. Poisson subsampling at rate 1/T for T steps is reported alongside as
-    a **proxy** (:func:`poisson_proxy_epsilon`): close to the allocation bound in their experiments,
+    a **proxy** (``metadp.accounting.allocation.poisson_proxy_epsilon``): close to the allocation bound in their experiments,
     but not a certified bound for random allocation.
 
 (b) **Shuffle, then cut into equal batches**: only lower bounds are known, and Poisson accounting
@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 from scipy import optimize, special
 
-from metadp._validation import check_count, check_delta, check_positive, check_real
+from metadp.core.validation import check_count, check_delta, check_positive, check_real
 from metadp.mechanisms.gaussian import gaussian_pair
 
 __all__ = [
@@ -55,7 +55,6 @@ __all__ = [
     "AllocationEpsilon",
     "random_allocation_delta",
     "random_allocation_epsilon",
-    "poisson_proxy_epsilon",
     "gaussian_epsilon",
     "shuffle_epsilon",
     "SHUFFLE_WARNING",
@@ -237,7 +236,7 @@ class AllocationEpsilon:
         delta_upper: the certified upper bound on delta(epsilon) (nan for ``"gaussian"``).
         gaussian_epsilon: the single-Gaussian epsilon (no amplification): exact and always valid.
         poisson_proxy_epsilon: PROXY, not a bound for random allocation: PLD epsilon of Poisson
-            subsampling at rate 1/T over T steps (nan when not requested).
+            subsampling at rate 1/T over T steps (nan when no ``proxy`` was given).
         n_pilot: pilot samples per direction (used only to choose the epsilons to test).
         n_samples: confirmation samples per direction.
         notes: how the number was obtained, and any caveat.
@@ -257,7 +256,8 @@ class AllocationEpsilon:
 
 def random_allocation_epsilon(z: float, T: int, delta: float, n_samples: int = 200_000,
                               confidence: float = 0.95, rng=None, direction: str = "both", bound: str = "kl",
-                              n_pilot: Optional[int] = None, proxy: bool = True) -> AllocationEpsilon:
+                              n_pilot: Optional[int] = None,
+                              proxy: Optional[Callable[[float, int, float], float]] = None) -> AllocationEpsilon:
     """Certified upper bound on epsilon at ``delta`` for one random-allocation pass (Monte Carlo).
 
     Choosing epsilon by looking at the same sample that certifies it would void the confidence
@@ -280,7 +280,9 @@ def random_allocation_epsilon(z: float, T: int, delta: float, n_samples: int = 2
         z, T, n_samples, confidence, rng, direction, bound: as :func:`random_allocation_delta`.
         delta: target delta in (0, 1).
         n_pilot: pilot samples per direction (default max(n_samples // 4, 1000)).
-        proxy: also compute the Poisson-proxy epsilon (rate 1/T, T steps; PLD accountant, ~1 s).
+        proxy: a function (z, T, delta) -> epsilon to report beside the bound as the Poisson proxy,
+            e.g. ``metadp.accounting.allocation.poisson_proxy_epsilon`` (PLD, ~1 s); this layer has no
+            accountant of its own.
 
     Raises:
         ValueError: on out-of-range arguments.
@@ -289,7 +291,7 @@ def random_allocation_epsilon(z: float, T: int, delta: float, n_samples: int = 2
     delta = check_delta("delta", delta)
     n_pilot = check_count("n_pilot", max(n_samples // 4, 1000) if n_pilot is None else n_pilot, minimum=2)
     eps_gauss = gaussian_epsilon(z, delta)
-    eps_proxy = poisson_proxy_epsilon(z, T, delta) if proxy else math.nan
+    eps_proxy = float(proxy(z, T, delta)) if proxy is not None else math.nan
     result = dict(delta=delta, confidence=confidence, gaussian_epsilon=eps_gauss,
                   poisson_proxy_epsilon=eps_proxy, n_pilot=n_pilot, n_samples=n_samples)
     if T == 1 or eps_gauss == 0.0:
@@ -354,20 +356,6 @@ def gaussian_epsilon(z: float, delta: float) -> float:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if float(pair.profile(mid)) > delta else (lo, mid)
     return hi
-
-
-def poisson_proxy_epsilon(z: float, T: int, delta: float) -> float:
-    """PROXY for random allocation: Poisson subsampling at rate 1/T, composed T times (PLD, certified
-    for Poisson, *not* for random allocation; Feldman & Shenfeld 2025, arXiv:2502.08202, show the two
-    are close, with allocation dominated by Poisson at a slightly larger rate plus a small delta)."""
-    # Imported here: metadp.accounting's PLD module imports mechanisms; keep this module import-light.
-    from metadp.accounting.events import Gaussian, PoissonSampled
-    from metadp.accounting.pld import PldAccountant
-
-    z = check_positive("z", z)
-    T = check_count("T", T, minimum=1)
-    delta = check_delta("delta", delta)
-    return PldAccountant("add_remove").compose(PoissonSampled(1.0 / T, Gaussian(z)), T).get_epsilon(delta)
 
 
 SHUFFLE_WARNING = (

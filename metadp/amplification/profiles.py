@@ -30,8 +30,8 @@ from typing import Callable, Tuple
 import numpy as np
 from scipy import stats
 
-from metadp._validation import check_count, check_delta, check_positive, check_probability
-from metadp.accounting._logmath import log_expm1
+from metadp.core.validation import check_count, check_delta, check_positive, check_probability
+from metadp.core._logmath import log_expm1
 
 __all__ = [
     "AmplifiedProfile",

@@ -3,11 +3,11 @@
 Importing this module registers ``MetadpAccountant`` in Opacus's accountant registry under the name
 ``"metadp"``, so Opacus's own entry points use it unchanged::
 
-    import metadp.integrations.opacus  # noqa: F401  (registers "metadp")
-    engine = PrivacyEngine(accountant="metadp")
-    model, optimizer, loader = engine.make_private_with_epsilon(..., target_epsilon=1.0, target_delta=1e-6)
-    engine.get_epsilon(1e-6)                        # metadp's certified PLD upper bound
-    engine.accountant.get_epsilon_bounds(1e-6)      # the certified interval [lower, upper]
+    >>> import metadp.integrations.opacus  # registers "metadp"
+    >>> engine = PrivacyEngine(accountant="metadp")
+    >>> model, optimizer, loader = engine.make_private_with_epsilon(..., target_epsilon=1.0, target_delta=1e-6)
+    >>> engine.get_epsilon(1e-6)                        # metadp's certified PLD upper bound
+    >>> engine.accountant.get_epsilon_bounds(1e-6)      # the certified interval [lower, upper]
 
 What changes: ``get_epsilon(delta)`` is the certified upper bound of metadp's PLD accountant
 (``metadp.accounting.pld``; every truncation and a float rounding allowance charged to delta) for the

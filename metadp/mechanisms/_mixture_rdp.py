@@ -7,13 +7,13 @@ and 1 + y(x) = dM/dN(x) = e^{L_add(x)}, so y(x) = sum_k w_k expm1((2 s_k x - s_k
     remove (P = N, Q = M):  e^{(alpha-1) D_alpha(P||Q)} = E_M[(1 + y)^-alpha] = E_N[(1 + y)^(1-alpha)],
 
 i.e. A = E_N[(1 + y)^beta] with beta = alpha (add) or 1 - alpha (remove). As in
-:mod:`metadp.accounting.rdp` (Mironov, Talwar & Zhang 2019, arXiv:1908.10530, for the Poisson case),
+:mod:`metadp.core.rdp` (Mironov, Talwar & Zhang 2019, arXiv:1908.10530, for the Poisson case),
 A - 1 is computed directly so that small divergences keep their digits: E_N[y] = 0, hence
 
     A - 1 = E_N[g(y)],   g(y) = (1 + y)^beta - 1 - beta y >= 0   (convexity, beta >= 1 or beta <= 0),
 
 a non-negative integrand, integrated by adaptive Gauss-Kronrod in log space
-(:func:`metadp.accounting._quadrature.integrate_log`) on panels that resolve every peak. g is
+(:func:`metadp.core._quadrature.integrate_log`) on panels that resolve every peak. g is
 evaluated as a series for |y| <= 1/(2 (|beta| + 1)) (terms shrink by >= 1/2) and otherwise as
 (1 + y) expm1((beta - 1) u) - (beta - 1) y (beta >= 1) or expm1(beta u) - beta y (beta <= 0), u = log1p(y),
 whose two parts then differ by a bounded factor. Checked against 30-digit mpmath quadrature, a
@@ -29,6 +29,9 @@ import numpy as np
 from scipy import optimize, special
 
 from metadp.mechanisms.gaussian import GaussianMixturePair
+from metadp.core._logmath import log1mexp, log_binomial_series_remainder, log_expm1, log_sum_exp_signed
+from metadp.core._quadrature import integrate_log
+from metadp.core.rdp import orders_array
 
 __all__ = ["mixture_rdp"]
 
@@ -57,7 +60,6 @@ def mixture_rdp(pair, orders) -> np.ndarray:
         ArithmeticError: if the quadrature misses its error target (never a silently wrong value).
     """
     # Imported here: metadp.accounting may import the mechanisms package (PLD accountant).
-    from metadp.accounting.rdp import orders_array
 
     orders = orders_array(orders)
     if not isinstance(pair, GaussianMixturePair):
@@ -94,8 +96,6 @@ class _Mixture:
 
     def _y(self, x: np.ndarray):
         """(sign of y, log|y|, u = log1p(y)) at points x, y = sum_k w_k expm1(a_k x - b_k)."""
-        from metadp.accounting._logmath import log1mexp, log_expm1, log_sum_exp_signed
-
         z = self.a * x[..., None] - self.b  # (..., K)
         with np.errstate(divide="ignore"):
             log_abs = np.where(z > 0, log_expm1(np.abs(z)), log1mexp(-np.abs(z)))
@@ -114,8 +114,6 @@ class _Mixture:
         return self.log_norm - x * x / (2.0 * self.sigma**2) + _log_g(sign, log_abs_y, u, beta)
 
     def log_moment_minus_1(self, beta: float) -> float:
-        from metadp.accounting._quadrature import integrate_log
-
         edges = self._edges(beta)
         for _ in range(8):
             total = integrate_log(lambda x: self.log_integrand(x, beta), edges)
@@ -197,8 +195,6 @@ class _Mixture:
 
 def _log_g(sign: np.ndarray, log_abs_y: np.ndarray, u: np.ndarray, beta: float) -> np.ndarray:
     """log g(y), g(y) = (1 + y)^beta - 1 - beta y >= 0, for beta >= 1 or beta <= 0 (y in sign/log form)."""
-    from metadp.accounting._logmath import log1mexp, log_binomial_series_remainder, log_expm1
-
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         abs_y = np.exp(log_abs_y)
         small = abs_y <= 0.5 / (abs(beta) + 1.0)

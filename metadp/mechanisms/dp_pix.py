@@ -28,7 +28,7 @@ from typing import Tuple
 
 import numpy as np
 
-from metadp._validation import check_count, check_positive
+from metadp.core.validation import check_count, check_positive
 from metadp.mechanisms.laplace import LaplacePair
 
 __all__ = ["pixelize", "upsample", "dp_pix", "dp_pix_scale", "dp_pix_pair", "dp_pix_pairs"]

@@ -39,7 +39,7 @@ from typing import Tuple
 import numpy as np
 from scipy import stats
 
-from metadp._validation import check_count, check_positive, check_probability, check_real
+from metadp.core.validation import check_count, check_positive, check_probability, check_real
 from metadp.mechanisms.gaussian import GaussianMixturePair
 
 __all__ = ["RevealedMixture", "episodic_record_pairs", "hidden_binomial_pairs"]

@@ -20,8 +20,8 @@ from typing import Sequence, Tuple
 import numpy as np
 from scipy import special
 
-from metadp._validation import check_positive, check_probability
-from metadp.accounting._logmath import log_expm1
+from metadp.core.validation import check_positive, check_probability
+from metadp.core._logmath import log_expm1
 from metadp.mechanisms.base import DominatingPair
 
 __all__ = ["GaussianMixturePair", "gaussian_pair", "poisson_gaussian_pairs"]

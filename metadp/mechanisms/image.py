@@ -53,8 +53,8 @@ from typing import Callable, Tuple
 
 import numpy as np
 
-from metadp._validation import check_count, check_positive, check_real
-from metadp.accounting.events import Event, Laplace, NoOp, SelfComposed
+from metadp.core.validation import check_count, check_positive, check_real
+from metadp.core.events import Event, Laplace, NoOp, SelfComposed
 
 __all__ = ["FORMAL_GUARANTEE", "guarantee", "cell_sizes", "pixelize", "gaussian_blur", "gaussian_noise",
            "dp_pix", "dp_pix_noise_scale", "dp_pix_event"]

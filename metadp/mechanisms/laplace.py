@@ -15,7 +15,7 @@ for -eps0 <= l < eps0, and the privacy profile (hockey-stick divergence E_{e^eps
 
 (The middle line: the set {L > eps} is x < x* = (1 - b eps)/2, with P(X < x*) = 1 - e^{-x*/b}/2 and
 e^eps Q(X < x*) = e^eps e^{-(1 - x*)/b}/2 = e^{(eps - eps0)/2}/2.) The RDP curve is Mironov 2017
-(arXiv:1702.07476), Prop. 6, computed by :func:`metadp.accounting.rdp.laplace_rdp`.
+(arXiv:1702.07476), Prop. 6, computed by :func:`metadp.core.rdp.laplace_rdp`.
 
 Vector outputs (L1 sensitivity). The mechanism x -> f(x) + Lap(0, lambda)^d with ||f(D) - f(D')||_1
 <= Delta is dominated by the 1-d pair with b = lambda / Delta. Proof: after translating and scaling,
@@ -41,7 +41,8 @@ from typing import Tuple
 
 import numpy as np
 
-from metadp._validation import check_positive, check_probability
+from metadp.core.validation import check_positive, check_probability
+from metadp.core.rdp import laplace_rdp
 from metadp.mechanisms.base import DominatingPair
 
 __all__ = ["LaplacePair", "laplace_pairs"]
@@ -114,7 +115,6 @@ class LaplacePair(DominatingPair):
     def rdp(self, orders) -> np.ndarray:
         """Renyi DP eps(alpha) = D_alpha(P || Q) (the same in both directions), exact (Mironov 2017, Prop. 6)."""
         # Imported here: metadp.accounting may import the mechanisms package (PLD accountant).
-        from metadp.accounting.rdp import laplace_rdp
 
         return laplace_rdp(self.scale, orders)
 

@@ -32,7 +32,8 @@ from typing import Optional, Tuple
 import numpy as np
 from scipy import special
 
-from metadp._validation import check_real, check_probability
+from metadp.core.validation import check_real, check_probability
+from metadp.core.rdp import orders_array
 from metadp.mechanisms.base import DominatingPair
 
 __all__ = ["RandomizedResponsePair", "randomized_response_pairs", "randomized_response"]
@@ -116,8 +117,6 @@ class RandomizedResponsePair(DominatingPair):
 
     def rdp(self, orders) -> np.ndarray:
         """Renyi DP eps(alpha) = D_alpha(P || Q) (equal in both directions), exact; eps(inf) = eps0."""
-        from metadp.accounting.rdp import orders_array  # imported here: see laplace.rdp
-
         alpha = orders_array(orders)
         e0 = self.epsilon0
         finite = np.isfinite(alpha)

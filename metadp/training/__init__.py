@@ -13,7 +13,7 @@ metadp.training`` works without torch.
 import importlib
 
 from metadp.training.budget import BudgetSchedule, budget_schedule, noise_for_budget
-from metadp.training.ledger import Ledger, LedgerCorruptError, LedgerError, LedgerRecord, TornLedgerError
+from metadp.accounting.ledger import Ledger, LedgerCorruptError, LedgerError, LedgerRecord, TornLedgerError
 
 _LAZY = {
     "data": ("ImagePool", "OneShotRun", "SinusoidTasks", "data_dir", "load_image_folder", "load_mini_imagenet_csv",

@@ -18,10 +18,11 @@ from typing import Callable, Tuple
 
 import numpy as np
 
-from metadp._validation import check_count, check_delta, check_real
-from metadp.accounting import events as ev
+from metadp.core.validation import check_count, check_delta, check_real
+from metadp.core import events as ev
 from metadp.report import format_upper
-from metadp.accounting.calibration import ACCOUNTANTS, calibrate_noise, max_steps
+from metadp.accounting.calibration import calibrate_noise, max_steps
+from metadp.accounting.registry import accountant_class, make_accountant
 
 __all__ = ["BudgetSchedule", "budget_schedule", "noise_for_budget"]
 
@@ -74,16 +75,15 @@ def budget_schedule(step_event: ev.Event, steps: int, target_epsilon: float, del
     steps = check_count("steps", steps, minimum=1)
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta("delta", delta)
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS)}, got {accountant!r}")
+    accountant_class(accountant)  # an unknown name fails here, before any work
     last = max_steps(step_event, target, delta, relation=relation, accountant=accountant, limit=steps)
     grid = np.unique(np.concatenate([np.round(np.geomspace(1, steps, min(checkpoints, steps))).astype(int),
                                      [steps] + ([last] if last else [])]))
-    acc = ACCOUNTANTS[accountant](relation=relation)
+    acc = make_accountant(accountant, relation)
     trajectory = acc.trajectory([int(t) for t in grid], delta, step_event=step_event)
     final = 0.0
     if last:
-        final = ACCOUNTANTS[accountant](relation=relation).compose(step_event, last).get_epsilon(delta)
+        final = make_accountant(accountant, relation).compose(step_event, last).get_epsilon(delta)
     return BudgetSchedule(target, delta, relation, accountant, step_event, steps, last,
                           tuple(int(t) for t in grid), tuple(float(e) for e in trajectory), float(final))
 

@@ -28,7 +28,7 @@ import math
 from collections import deque
 from typing import Any, Dict, Optional
 
-from metadp._validation import check_count, check_positive, check_probability, check_real
+from metadp.core.validation import check_count, check_positive, check_probability, check_real
 
 __all__ = ["POLICIES", "ClipPolicy"]
 

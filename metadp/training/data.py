@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from metadp._validation import check_count, check_real
+from metadp.core.validation import check_count, check_real
 
 __all__ = [
     "data_dir",

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
-from metadp._validation import check_count, check_positive, check_real
+from metadp.core.validation import check_count, check_positive, check_real
 
 __all__ = [
     "Params",

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from metadp._validation import check_count
+from metadp.core.validation import check_count
 
 __all__ = ["Conv4", "MLP", "BatchStatNorm2d"]
 

@@ -50,7 +50,7 @@ import dataclasses
 import math
 from typing import Optional, Tuple
 
-from metadp.accounting import events as ev
+from metadp.core import events as ev
 
 __all__ = ["View", "SamplingPlan", "ALGORITHMS", "PRIVATE_ALGORITHMS", "views", "default_unit"]
 

@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from metadp._validation import check_count, check_delta, check_positive, check_real
+from metadp.core.validation import check_count, check_delta, check_positive, check_real
+from metadp.accounting.pld import PldAccountant
 from metadp.mechanisms import image as obfuscations
 from metadp.training.evaluate import Score
 from metadp.training.models import Conv4
@@ -456,8 +457,6 @@ def percentage_gain(with_denoiser: torch.Tensor, without: torch.Tensor):
 
 # ------------------------------------------------------------------------------------------ privacy
 def _composed(epsilon: float, releases: int, delta: float) -> dict:
-    from metadp.accounting.pld import PldAccountant
-
     bound = PldAccountant().compose(obfuscations.dp_pix_event(epsilon, releases)).get_epsilon(delta)
     return {"releases": releases, "epsilon_pure": releases * epsilon, "epsilon_at_delta": bound, "delta": delta,
             "direction": "upper bound (pure: basic composition, exact for n releases at delta 0; at delta: PLD)"}

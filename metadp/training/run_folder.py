@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from metadp.training.ledger import Ledger
+from metadp.accounting.ledger import Ledger
 
 try:
     import fcntl

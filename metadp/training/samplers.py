@@ -37,8 +37,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from metadp._validation import check_count, check_probability, check_real
-from metadp.accounting import events as ev
+from metadp.core.validation import check_count, check_probability, check_real
+from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
 
 __all__ = ["PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes",

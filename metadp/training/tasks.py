@@ -20,7 +20,7 @@ from typing import Tuple
 
 import torch
 
-from metadp._validation import check_count
+from metadp.core.validation import check_count
 
 __all__ = ["SinusoidPool", "EpisodePool"]
 

@@ -59,10 +59,10 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from metadp._validation import check_count, check_delta, check_positive, check_real
+from metadp.core.validation import check_count, check_delta, check_positive, check_real
 from metadp.accounting import NonPrivate
 from metadp.accounting.adaptive_clipping import sum_noise_multiplier
-from metadp.accounting import events as ev
+from metadp.core import events as ev
 from metadp.accounting.calibration import calibrate_noise, max_steps
 from metadp.report import format_upper
 from metadp.training import functional as F
@@ -70,7 +70,7 @@ from metadp.training import private_steps as P
 from metadp.training import run_folder
 from metadp.training.budget import budget_schedule
 from metadp.training.clipping import POLICIES, ClipPolicy
-from metadp.training.ledger import Ledger
+from metadp.accounting.ledger import Ledger
 from metadp.training.privacy import (ALGORITHMS, CENTRAL_TASK_CLIP, PRIVATE_ALGORITHMS, SamplingPlan, default_unit, views)
 from metadp.training.samplers import BallsInBinsSampler, FixedSizeSampler, PoissonSampler
 
@@ -233,7 +233,7 @@ def _flat_norm(tensors: Dict[str, torch.Tensor]) -> float:
     return math.sqrt(sum(float(t.double().square().sum()) for t in tensors.values()))
 
 
-def _stream_seed(seed: int, stream: str) -> int:
+def stream_seed(seed: int, stream: str) -> int:
     """A seed for one random stream of a run, derived from ``seed`` and the stream's name.
 
     The data generators (``SinusoidPool``, ``EpisodePool``) seed Mersenne Twister with the run's seed
@@ -252,7 +252,7 @@ def _sampling(pool, c: TrainConfig):
         raise ValueError(f"meta_batch must be <= the pool's {n} tasks, got {c.meta_batch:g}")
     if c.sampling == "fixed" and c.meta_batch != int(c.meta_batch):
         raise ValueError(f"fixed-size batches need a whole meta_batch, got {c.meta_batch:g}")
-    gen = torch.Generator(device=_device_of(pool)).manual_seed(_stream_seed(c.seed, "sampler"))
+    gen = torch.Generator(device=_device_of(pool)).manual_seed(stream_seed(c.seed, "sampler"))
     if c.sampling == "poisson":
         sampler = PoissonSampler(n, min(1.0, c.meta_batch / n), generator=gen)
         return sampler, SamplingPlan("poisson", n, rate=sampler.rate), sampler.rate * n
@@ -352,7 +352,7 @@ class _Run:
         self.sampler, plan, self.expected = _sampling(pool, c)
         self.plan = plan
         self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
-        self.noise_gen = torch.Generator(device=device).manual_seed(_stream_seed(c.seed, "noise"))
+        self.noise_gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "noise"))
         self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
                                  target=c.clip_target, learning_rate=c.clip_lr,
                                  count_noise=c.quantile_count_noise if c.clip_policy == "quantile" else None)

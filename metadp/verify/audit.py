@@ -40,7 +40,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 from scipy import special
 
-from metadp._validation import check_count, check_real
+from metadp.core.validation import check_count, check_real
 from metadp.mechanisms.base import DominatingPair
 from metadp.report import format_lower, format_upper
 from metadp.verify.binomial import cp_lower, cp_upper

@@ -22,7 +22,19 @@ from typing import List
 
 import numpy as np
 
+from metadp.accounting import ACCOUNTANTS, Gaussian, PldAccountant, PoissonSampled, UnsupportedEventError
+from metadp.core import events as ev
+from metadp.mechanisms.gaussian import gaussian_pair
+from metadp.mechanisms.image import dp_pix, dp_pix_event
+from metadp.mechanisms.laplace import LaplacePair
+from metadp.plan import load_plan
 from metadp.report import format_lower
+from metadp.verify import pipelines as pl
+from metadp.verify.audit import audit
+from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
+from metadp.verify.pipelines import poisson_pipeline
+from metadp.verify.plot import plot_audit
+from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
 __all__ = ["add_verify_parser", "run_verify"]
 
@@ -201,9 +213,6 @@ def _claim_and_samplers(args):
     ``alternative`` is what the planner sizes the audit for, (words, true pair): the mechanism 20%
     noisier than claimed, for single mechanisms; None for pipelines (a delta excess, ``--violation``).
     """
-    from metadp.mechanisms.gaussian import gaussian_pair
-    from metadp.mechanisms.laplace import LaplacePair
-
     if args.mechanism in ("gaussian", "laplace"):  # one release of a single mechanism, sensitivity 1
         gaussian = args.mechanism == "gaussian"
         _require(args, "--noise" if gaussian else "--scale")
@@ -220,9 +229,6 @@ def _claim_and_samplers(args):
         return _plan_pipeline(args)
     if args.mechanism == "dp-pix":
         return _dp_pix_pipeline(args)
-    from metadp.accounting import Gaussian, PoissonSampled
-    from metadp.accounting.pld import PldAccountant
-    from metadp.verify.pipelines import poisson_pipeline
 
     _require(args, "--noise", "--rate")
     claim_z = args.claim_noise if args.claim_noise is not None else args.noise
@@ -245,10 +251,6 @@ def _dp_pix_pipeline(args):
     reaches eps). The other cells are identical in law under D and D' and are left out. The release
     is clipped to [0, 1], which keeps the half-lines {x < t}, 0 < t <= m / s, that attain the profile.
     """
-    from metadp.accounting.pld import PldAccountant
-    from metadp.mechanisms.image import dp_pix, dp_pix_event
-    from metadp.mechanisms.laplace import LaplacePair
-
     _require(args, "--epsilon", "--cell")
     eps, b, m = args.epsilon, args.cell, 1 if args.m is None else args.m
     claim = eps if args.claim_epsilon is None else args.claim_epsilon
@@ -290,12 +292,6 @@ def _dp_pix_pipeline(args):
 
 def _plan_pipeline(args):
     """The plan's own unit view as a pipeline with a canary, and its certified profile as the claim."""
-    from metadp.accounting import events as ev
-    from metadp.accounting.calibration import ACCOUNTANTS
-    from metadp.accounting.rdp_accountant import UnsupportedEventError
-    from metadp.plan import load_plan
-    from metadp.verify import pipelines as pl
-
     plan = load_plan(args.file)
     view = plan.units()[0]
     step, s = view.events[0], plan.sampling
@@ -343,9 +339,6 @@ def _progress(total: int, quiet: bool):
 
 
 def _audit_command(args) -> int:
-    from metadp.verify.audit import audit
-    from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
-
     epsilons = _default_epsilons(args) if args.epsilons is None else _epsilons(args.epsilons)
     sample_d, sample_dp, profile, description, alternative = _claim_and_samplers(args)
     profile = cached_profile(profile)  # a PLD claim takes up to seconds an epsilon: evaluated once each
@@ -366,8 +359,6 @@ def _audit_command(args) -> int:
         if bar is not None:
             bar.close()
     if args.plot:
-        from metadp.verify.plot import plot_audit
-
         plot_audit(result, args.plot, claimed_profile=profile if args.mechanism != "poisson" else None)
     if args.json:
         out = result.to_dict()
@@ -400,8 +391,6 @@ def run_verify(args) -> int:
     """
     _check_input(args)
     if args.crosscheck:
-        from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
-
         table = (crosscheck_dp_event(args.crosscheck, args.delta) if args.crosscheck.lower().endswith(".json")
                  else crosscheck_plan(args.crosscheck))
         print(json.dumps(table.to_dict(), indent=2) if args.json else table.to_table())

@@ -23,7 +23,10 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Tuple
 
-from metadp.accounting import events as ev
+from metadp.accounting import PldAccountant, RdpAccountant, UnsupportedEventError
+from metadp.core import events as ev
+from metadp.integrations.dp_accounting import default_relation, from_dp_event, load_dp_event, to_dp_event
+from metadp.plan import load_plan
 from metadp.report import format_lower, format_upper
 
 __all__ = ["CrossCheckRow", "CrossCheckTable", "crosscheck_plan", "crosscheck_dp_event"]
@@ -135,10 +138,6 @@ def _prv(plan, step: ev.Event):
 
 def crosscheck_plan(path) -> CrossCheckTable:
     """The agreement table for a plan file (Gaussian noise; Poisson, fixed-size or no sampling)."""
-    from metadp.accounting.pld import PldAccountant
-    from metadp.accounting.rdp_accountant import RdpAccountant, UnsupportedEventError
-    from metadp.plan import load_plan
-
     plan = load_plan(path)
     if plan.noise.mechanism != "gaussian" or plan.sampling.scheme not in ("poisson", "fixed", "none") \
             or plan.unit == "group":
@@ -191,10 +190,6 @@ def crosscheck_dp_event(path, delta: float, *, noise_relative_to: str = "norm_bo
     accountants assume: its issue #378), so both libraries analyse the same mechanism. prv-accountant is
     not run (it covers Poisson plan files only here).
     """
-    from metadp.accounting import RdpAccountant, UnsupportedEventError
-    from metadp.accounting.pld import PldAccountant
-    from metadp.integrations.dp_accounting import default_relation, from_dp_event, load_dp_event, to_dp_event
-
     event = from_dp_event(load_dp_event(path), noise_relative_to=noise_relative_to)
     relation, rows = default_relation(event), []
     m_rdp = RdpAccountant(relation).compose(event).get_epsilon(delta)

@@ -31,7 +31,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple, Union
 import numpy as np
 from scipy import optimize, special
 
-from metadp._validation import check_count, check_positive, check_real
+from metadp.core.validation import check_count, check_positive, check_real
 
 __all__ = [
     "Fixed", "Poisson", "Hierarchy", "CheckRow", "example_3_1", "inclusion_probabilities", "max_inclusion",

@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 from scipy import stats
 
-from metadp._validation import check_count, check_probability, check_real
+from metadp.core.validation import check_count, check_probability, check_real
 
 __all__ = ["FidelityResult", "poisson_inclusion_test", "fixed_size_test", "one_pass_test",
            "episodic_multiplicity_test"]

@@ -33,7 +33,7 @@ from typing import Callable, Optional
 import numpy as np
 from scipy import special, stats
 
-from metadp._validation import check_count, check_positive, check_real
+from metadp.core.validation import check_count, check_positive, check_real
 from metadp.mechanisms.episodic import RevealedMixture, episodic_record_pairs, hidden_binomial_pairs
 from metadp.mechanisms.gaussian import GaussianMixturePair, poisson_gaussian_pairs
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 from scipy import optimize, special, stats
 
-from metadp._validation import check_count, check_positive, check_probability, check_real
+from metadp.core.validation import check_count, check_positive, check_probability, check_real
 from metadp.mechanisms.base import DominatingPair
 from metadp.mechanisms.gaussian import gaussian_pair
 from metadp.verify.audit import _as_profile

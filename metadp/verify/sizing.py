@@ -26,6 +26,7 @@ import numpy as np
 
 from metadp.mechanisms.base import DominatingPair
 from metadp.verify.audit import format_draws
+from metadp.verify.planner import pair_best_event, samples_needed
 
 __all__ = ["AuditPlan", "cached_profile", "plan_audit", "check_resources", "explore_draws"]
 
@@ -108,8 +109,6 @@ def plan_audit(profile: Callable, epsilons: Sequence[float], alternative: Option
         alpha, power: the audit's level and the power asked for.
         violation: the delta excess to see, or None.
     """
-    from metadp.verify.planner import pair_best_event, samples_needed
-
     tests = len(epsilons)
     if alternative is not None and violation is None:
         what, true_pair = alternative

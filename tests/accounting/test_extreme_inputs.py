@@ -22,10 +22,10 @@ from metadp.accounting import (
     UnsupportedEventError,
 )
 from metadp.accounting.pld import PldAccountant
-from metadp.accounting.rdp import gaussian_rdp, laplace_rdp, poisson_gaussian_rdp, wor_gaussian_rdp
+from metadp.core.rdp import gaussian_rdp, laplace_rdp, poisson_gaussian_rdp, wor_gaussian_rdp
 
 ORDERS = [1.5, 2.0, 10.0, 1e4, 1e8]
-MAX_COUNT = 2**53  # the documented largest count (metadp.accounting.events.MAX_COUNT): exact in float64
+MAX_COUNT = 2**53  # the documented largest count (metadp.core.events.MAX_COUNT): exact in float64
 
 
 def _rdp_epsilon(event, count=1, delta=1e-6, relation="add_remove"):

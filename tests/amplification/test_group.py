@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from metadp.accounting.rdp import gaussian_rdp, poisson_gaussian_rdp
+from metadp.core.rdp import gaussian_rdp, poisson_gaussian_rdp
 from metadp.amplification.group import (
     GROUP_DELTA_FORMS,
     gaussian_group_pair,

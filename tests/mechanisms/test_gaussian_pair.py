@@ -5,7 +5,7 @@ Oracles:
   delta(eps) = Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z), in mpmath at 50 digits;
 * 30-digit mpmath quadratures of the densities (``mp_reference.py``): the hockey-stick divergence
   int_{L > eps} (p - e^eps q), the loss CDFs int_{L <= l} p and q, the Renyi moment int p^a q^(1-a);
-* the Poisson-subsampled Gaussian RDP of ``metadp.accounting.rdp`` (itself checked at 60 digits).
+* the Poisson-subsampled Gaussian RDP of ``metadp.core.rdp`` (itself checked at 60 digits).
 
 Pairs: the plain Gaussian, the Poisson-subsampled Gaussian at the extremes q = 1e-6, 0.99 and
 sigma = 0.3, 50, and the episodic mixture w_k = Bin(k; 8, 0.05), s_k = 2k (DESIGN.md 3.7), in both
@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from metadp.accounting.rdp import poisson_gaussian_rdp
+from metadp.core.rdp import poisson_gaussian_rdp
 from metadp.mechanisms import GaussianMixturePair, gaussian_pair, mixture_rdp, poisson_gaussian_pairs
 from mp_reference import MpGaussianMixture, rel_error
 
@@ -385,7 +385,7 @@ _ORDERS = [1.01, 1.5, 2.0, 3.0, 10.0, 64.5, 256.0, 1024.0, 4096.0]
 @pytest.mark.parametrize("noise", [0.3, 1.0, 5.0, 50.0])
 def test_poisson_mixture_rdp_matches_closed_form(rate, noise):
     # The "add" direction is the MTZ moment E_N0[(M/N0)^alpha] (Mironov, Talwar & Zhang 2019), which
-    # metadp.accounting.rdp computes independently; "remove" is never larger (their Thm. 5).
+    # metadp.core.rdp computes independently; "remove" is never larger (their Thm. 5).
     add, remove = poisson_gaussian_pairs(rate, noise)
     ref = poisson_gaussian_rdp(rate, noise, _ORDERS)
     fast_add = mixture_rdp(add, _ORDERS)

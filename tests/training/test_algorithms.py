@@ -41,7 +41,7 @@ from metadp.training import functional  # noqa: E402
 from metadp.training import private_steps as P  # noqa: E402
 from metadp.training.data import synthetic_glyphs  # noqa: E402
 from metadp.training.functional import inner_adapt, param_dict, per_task_meta_grads  # noqa: E402
-from metadp.training.ledger import Ledger  # noqa: E402
+from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.training.models import MLP, Conv4  # noqa: E402
 from metadp.training.tasks import EpisodePool, SinusoidPool  # noqa: E402
 from metadp.training.trainer import ALGORITHMS, TrainConfig, calibrate, train  # noqa: E402

@@ -20,7 +20,7 @@ from metadp.accounting import Gaussian  # noqa: E402
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier, sum_noise_multiplier  # noqa: E402
 from metadp.training import functional  # noqa: E402
 from metadp.training.clipping import POLICIES, ClipPolicy  # noqa: E402
-from metadp.training.ledger import Ledger  # noqa: E402
+from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
 from metadp.training.samplers import PoissonSampler  # noqa: E402
 from metadp.training.tasks import SinusoidPool  # noqa: E402

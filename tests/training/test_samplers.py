@@ -19,10 +19,10 @@ from scipy import stats
 torch = pytest.importorskip("torch")
 
 from metadp import units  # noqa: E402
-from metadp.accounting import events as ev  # noqa: E402
+from metadp.core import events as ev  # noqa: E402
 from metadp.amplification.multistage import Hierarchy, Level  # noqa: E402
 from metadp.training import samplers  # noqa: E402
-from metadp.training.ledger import Ledger  # noqa: E402
+from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.training.samplers import (BallsInBinsSampler, EpisodicSampler, Episodes,  # noqa: E402
                                       FixedSizeSampler, PoissonSampler, random_subsets)
 from metadp.verify.fidelity import (episodic_multiplicity_test, fixed_size_test, one_pass_test,  # noqa: E402

@@ -57,7 +57,7 @@ def test_dp_maml_with_fixed_size_batches_is_accounted_under_substitution(tmp_pat
     # dominating pair for, so the budget and the report use the RDP accountant (Wang, Balle & Kasiviswanathan)
     from metadp.accounting import FixedSizeSampled, Gaussian
     from metadp.accounting.rdp_accountant import RdpAccountant
-    from metadp.training.ledger import Ledger
+    from metadp.accounting.ledger import Ledger
 
     out = tmp_path / "fixed"
     assert main(["train", "dp-maml", "--data", "sinusoid", "--sampler", "fixed", "--epsilon", "2", "--steps", "4",

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from metadp.accounting import Gaussian, PoissonSampled  # noqa: E402
 from metadp.accounting.pld import PldAccountant  # noqa: E402
 from metadp.cli import main  # noqa: E402
-from metadp.training.ledger import Ledger  # noqa: E402
+from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
 from metadp.training.tasks import SinusoidPool  # noqa: E402
 from metadp.training.trainer import ResumeWarning, TrainConfig, train  # noqa: E402

@@ -20,7 +20,7 @@ import math
 import numbers
 from typing import Any, Dict, Mapping
 
-from metadp.accounting import events as ev
+from metadp.core import events as ev
 
 __all__ = ["FORMAT_VERSION", "event_to_dict", "event_from_dict"]
 

@@ -1,4 +1,4 @@
-"""Fast RDP curves (metadp.accounting.rdp) against the 60-digit mpmath references.
+"""Fast RDP curves (metadp.core.rdp) against the 60-digit mpmath references.
 
 Requirement under test (from the issue): the Poisson-subsampled Gaussian RDP matches the
 50+ digit reference to 1e-10 *relative* over rates 1e-8..1, noise multipliers 0.3..100
@@ -38,7 +38,7 @@ RTOL = 1e-10  # the issue's requirement for the Poisson-subsampled Gaussian
 @pytest.fixture(scope="module")
 def rdp():
     # Imported lazily so that collection works before the fast module exists.
-    return pytest.importorskip("metadp.accounting.rdp")
+    return pytest.importorskip("metadp.core.rdp")
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,4 @@
-"""The hash-chained privacy ledger (metadp/training/ledger.py): round trips, tamper detection, torn
+"""The hash-chained privacy ledger (metadp/accounting/ledger.py): round trips, tamper detection, torn
 lines from crashes (every truncation offset of a small ledger), and a writer killed with SIGKILL."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from metadp.accounting import events as ev
+from metadp.core import events as ev
 from metadp.accounting.pld import PldAccountant
 from metadp.accounting.rdp_accountant import RdpAccountant, UnsupportedEventError
-from metadp.training.ledger import (Ledger, LedgerCorruptError, LedgerError, TornLedgerError, _digest,
+from metadp.accounting.ledger import (Ledger, LedgerCorruptError, LedgerError, TornLedgerError, _digest,
                                     canonical_json)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_spent_equals_composing_every_entry(tmp_path):
         assert ledger.spent(1e-5, kind="rdp") < ledger.spent(kind="rdp")
         assert 0 < ledger.spent() <= ledger.spent(kind="rdp")  # the PLD bound is capped by the RDP one
         assert isinstance(ledger.accountant("rdp"), RdpAccountant)
-        with pytest.raises(ValueError, match="kind must be one of"):
+        with pytest.raises(ValueError, match="accountant must be one of"):
             ledger.accountant("prv")
 
 
@@ -309,8 +309,8 @@ def test_a_torn_line_with_trailing_zeros_is_torn_too(tmp_path):
 
 _WRITER = """
 import sys
-from metadp.accounting import events as ev
-from metadp.training.ledger import Ledger
+from metadp.core import events as ev
+from metadp.accounting.ledger import Ledger
 events = [ev.PoissonSampled(0.01, ev.Gaussian(1.0)), ev.Gaussian(3.0), ev.Laplace(50.0)]
 ledger = Ledger.open(sys.argv[1])
 i = 0

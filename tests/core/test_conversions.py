@@ -1,6 +1,6 @@
 """RDP <-> (epsilon, delta) conversions against the formulas evaluated in mpmath.
 
-References (as in metadp.accounting.conversions):
+References (as in metadp.core.conversions):
 * CKS: Canonne, Kamath & Steinke 2020 (arXiv:2004.00010), Prop. 12:
   epsilon = r + log(1 - 1/a) - (log delta + log a)/(a - 1);
   delta = exp((a - 1)(r - epsilon) + (a - 1) log(1 - 1/a) - log a).
@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadp.accounting.conversions import (
+from metadp.core.conversions import (
     CONVERSIONS,
     delta_from_rdp,
     epsilon_from_rdp,

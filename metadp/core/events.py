@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Tuple
 
-from metadp._validation import check_count, check_positive, check_probability, check_real
+from metadp.core.validation import check_count, check_positive, check_probability, check_real
 
 __all__ = [
     "Event",

@@ -24,7 +24,7 @@ import pytest
 
 sympy = pytest.importorskip("sympy")
 
-from metadp.accounting.rdp import gaussian_rdp, poisson_gaussian_rdp  # noqa: E402
+from metadp.core.rdp import gaussian_rdp, poisson_gaussian_rdp  # noqa: E402
 from metadp.amplification.multistage import Hierarchy, Level, inclusion_probability  # noqa: E402
 from metadp.mechanisms.gaussian import gaussian_pair  # noqa: E402
 

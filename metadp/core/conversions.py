@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from metadp._validation import check_delta, check_real
+from metadp.core.validation import check_delta, check_real
 
 __all__ = ["CONVERSIONS", "epsilon_from_rdp", "epsilon_from_rdp_rows", "delta_from_rdp"]
 

@@ -27,9 +27,9 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from metadp._validation import check_positive, check_probability
-from metadp.accounting._logmath import log1mexp, log_binomial_series_remainder, log_comb, log_expm1
-from metadp.accounting._quadrature import integrate_log
+from metadp.core.validation import check_positive, check_probability
+from metadp.core._logmath import log1mexp, log_binomial_series_remainder, log_comb, log_expm1
+from metadp.core._quadrature import integrate_log
 
 __all__ = [
     "orders_array",

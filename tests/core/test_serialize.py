@@ -1,4 +1,4 @@
-"""Events to JSON-safe dicts and back (metadp/accounting/serialize.py): exact round trips, strict reading."""
+"""Events to JSON-safe dicts and back (metadp/core/serialize.py): exact round trips, strict reading."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadp.accounting import events as ev
-from metadp.accounting.serialize import FORMAT_VERSION, event_from_dict, event_to_dict
+from metadp.core import events as ev
+from metadp.core.serialize import FORMAT_VERSION, event_from_dict, event_to_dict
 
 GAUSS = ev.Gaussian(1.1)
 

@@ -9,7 +9,7 @@ File format (UTF-8, one JSON object per line, keys sorted, no spaces: the canoni
 
 * line 1, the header: ``{"format": "metadp-ledger", "version": 1, "relation", "unit", "delta",
   "metadata", "created", "prev": 64 zeros, "hash"}``;
-* every other line, one entry: ``{"index", "step", "event" (``metadp.accounting.serialize``),
+* every other line, one entry: ``{"index", "step", "event" (``metadp.core.serialize``),
   "count", "time", "prev", "hash"}``, with ``index`` 0, 1, 2, ...
 
 ``hash`` is the SHA-256 (hex) of the canonical JSON of the line's object without ``hash``, and
@@ -41,22 +41,22 @@ import os
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from metadp._validation import check_count, check_delta
-from metadp.accounting import events as ev
+from metadp.core.validation import check_count, check_delta
+from metadp.core import events as ev
 from metadp.accounting.rdp_accountant import RELATIONS
-from metadp.accounting.serialize import event_from_dict, event_to_dict
+from metadp.accounting.registry import make_accountant
+from metadp.core.serialize import event_from_dict, event_to_dict
 
 try:  # advisory single-writer lock; absent on Windows
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None
 
-__all__ = ["Ledger", "LedgerRecord", "LedgerError", "LedgerCorruptError", "TornLedgerError", "ACCOUNTANTS",
+__all__ = ["Ledger", "LedgerRecord", "LedgerError", "LedgerCorruptError", "TornLedgerError",
            "LEDGER_UNITS"]
 
 FORMAT = "metadp-ledger"
 VERSION = 1
-ACCOUNTANTS = ("pld", "rdp")
 LEDGER_UNITS = ("record", "task", "group")  # as metadp.plan.UNITS
 _ROOT = "0" * 64
 _HEADER_KEYS = {"format", "version", "relation", "unit", "delta", "metadata", "created", "prev", "hash"}
@@ -273,7 +273,7 @@ class Ledger:
 
         Args:
             event: one release's event for the protected unit (serialisable, see
-                ``metadp.accounting.serialize``).
+                ``metadp.core.serialize``).
             count: how many times it is composed, >= 0.
             step: the training step, >= 0 (keyword only).
 
@@ -380,14 +380,7 @@ class Ledger:
             ValueError: on an unknown kind.
             UnsupportedEventError: if the accountant cannot interpret an entry's event (named).
         """
-        if kind == "pld":
-            from metadp.accounting.pld import PldAccountant
-            acc = PldAccountant(self.relation, **options)
-        elif kind == "rdp":
-            from metadp.accounting.rdp_accountant import RdpAccountant
-            acc = RdpAccountant(self.relation, **options)
-        else:
-            raise ValueError(f"kind must be one of {ACCOUNTANTS}, got {kind!r}")
+        acc = make_accountant(kind, self.relation, **options)
         for event, count in self._totals.items():
             acc.compose(event, count)
         return acc

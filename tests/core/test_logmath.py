@@ -1,4 +1,4 @@
-"""The log-space kit (metadp.accounting._logmath) against mpmath at 50 digits.
+"""The log-space kit (metadp.core._logmath) against mpmath at 50 digits.
 
 Tolerance rule, used everywhere unless a test says otherwise:
   * |fast - ref| <= 1e-13 * |ref| when |ref| >= 1 (relative), and
@@ -34,7 +34,7 @@ _SETTINGS = settings(max_examples=300, deadline=None, derandomize=True)
 
 @pytest.fixture(scope="module")
 def lm():
-    return pytest.importorskip("metadp.accounting._logmath")
+    return pytest.importorskip("metadp.core._logmath")
 
 
 # --------------------------------------------------------------------------- references (mpmath, 50 digits)

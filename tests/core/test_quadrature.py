@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from metadp.accounting._quadrature import integrate_log
+from metadp.core._quadrature import integrate_log
 
 
 @pytest.mark.parametrize("mu, s", [(0.0, 1.0), (3.0, 0.01), (1e4, 5.0)])

@@ -1,0 +1,30 @@
+"""The accountants by name: the one table every caller (plans, calibration, the ledger, the trainer's
+budget, the CLI) looks them up in. A new accountant is one entry here (and its contract tests)."""
+
+from __future__ import annotations
+
+from typing import Dict, Type
+
+from metadp.accounting.pld import PldAccountant
+from metadp.accounting.rdp_accountant import RdpAccountant
+
+__all__ = ["ACCOUNTANTS", "accountant_class", "make_accountant"]
+
+ACCOUNTANTS: Dict[str, Type] = {"rdp": RdpAccountant, "pld": PldAccountant}
+
+
+def accountant_class(name: str) -> Type:
+    """The accountant class registered as ``name``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    try:
+        return ACCOUNTANTS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {name!r}") from None
+
+
+def make_accountant(name: str, relation: str = "add_remove", **options):
+    """A fresh accountant ``name`` under ``relation`` (options go to its constructor)."""
+    return accountant_class(name)(relation, **options)

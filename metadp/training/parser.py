@@ -1,0 +1,114 @@
+"""The flags of ``metadp train`` (argparse only: no torch, so ``metadp --help`` and every other command
+work without it). The checks that need no data are in ``metadp.training.arguments``; the run itself
+is ``metadp.training.command`` (torch)."""
+
+from __future__ import annotations
+
+from metadp.training.clipping import POLICIES
+
+__all__ = ["add_train_parser", "CLI_OBFUSCATIONS"]
+
+_EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin\n"
+             "  metadp train maml --data glyphs --steps 300 --out runs/glyphs\n"
+             "  metadp train dp-agr --data glyphs --epsilon 2 --clip-policy quantile --out runs/agr\n"
+             "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume\n"
+             "  metadp train dp-maml --data omniglot --epsilon 12 --delta 1e-5 --steps 800 --out runs/omni --resume "
+             "--resume-changed\n"
+             "  metadp train protonet --data omniglot --obfuscation dp-pix --epsilon 3 --cell 4 --m 1 --denoiser "
+             "--steps 1000 --out runs/proto")
+
+
+def add_train_parser(sub, number, formatter) -> None:
+    algorithms = ("maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr", "protonet")
+    t = sub.add_parser("train", help="train MAML, Reptile, DP-MAML, DP-Reptile or DP-FedMeta within a privacy budget "
+                       "(needs torch)", epilog=_EXAMPLES, formatter_class=formatter)
+    t.add_argument("algorithm", choices=algorithms,
+                   help="maml, reptile (non-private); dp-maml (task level, dp-maml Alg. 1), dp-maml-sample (Alg. 2), "
+                        "dp-reptile (task-global), dp-agr, dp-agrlr (DP-FedMeta); protonet (prototypical network on "
+                        "obfuscated images, optional denoiser: privacy-enhanced few-shot Alg. 1)")
+    t.add_argument("--data", choices=("sinusoid", "glyphs", "omniglot"), default="sinusoid")
+    t.add_argument("--data-dir", metavar="DIR",
+                   help="--data omniglot: the folder holding images_background_small1.zip, "
+                        "images_background_small2.zip and one_shot_runs.zip. Searched in order: --data-dir, "
+                        "$METADP_DATA, then ../shared/data/omniglot beside the metadp checkout (a folder whose "
+                        "pyproject.toml names metadp) that holds the current folder, or the package's own "
+                        "checkout (editable installs). Nothing is ever downloaded")
+    t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
+                   help="the guarantee whose budget stops the run (default: task; record for dp-maml-sample and "
+                        "dp-reptile); every other one is reported too")
+    t.add_argument("--sampler", choices=("poisson", "fixed", "one-pass"),
+                   help="task sampling (default poisson; one-pass for dp-agr, dp-agrlr, dp-reptile)")
+    t.add_argument("--epsilon", type=number("--epsilon", float),
+                   help="budget of --unit at --delta; protonet: the DP-Pix epsilon per released image")
+    t.add_argument("--delta", type=number("--delta", float), help="delta of the budget and the report (default 1e-5)")
+    t.add_argument("--noise", type=number("--noise", float),
+                   help="noise multiplier z of the released sum (default: calibrated to the budget)")
+    t.add_argument("--clip", type=number("--clip", float),
+                   help="C: per-task clip (dp-maml, dp-agr*) or per-example query clip (dp-maml-sample); default 1")
+    t.add_argument("--clip-mode", choices=("flat", "per_layer"), help="default flat")
+    t.add_argument("--clip-policy", choices=POLICIES,
+                   help="threshold updates (default fixed): noisy-window (post-processing), quantile (Andrew et al., "
+                        "accounted), raw-percentile (NOT private; refused with --epsilon)")
+    t.add_argument("--count-noise", type=number("--count-noise", float),
+                   help="quantile policy: noise std on the unclipped count (default meta-batch / 20)")
+    t.add_argument("--inner-clip", type=number("--inner-clip", float),
+                   help="per-example clip inside tasks (dp-maml-sample, dp-agrlr, dp-reptile; default 1)")
+    t.add_argument("--inner-noise", type=number("--inner-noise", float),
+                   help="z_in inside tasks (default: --noise; calibrated for dp-reptile and record-vs-server)")
+    t.add_argument("--steps", type=number("--steps", int), default=1000)
+    t.add_argument("--meta-batch", type=number("--meta-batch", float),
+                   help="expected tasks per step, at most --pool (default 32; a whole number with --sampler fixed)")
+    t.add_argument("--pool", type=number("--pool", int), help="fixed pool of training tasks (default 10000)")
+    t.add_argument("--inner-steps", type=number("--inner-steps", int), help="inner SGD steps per task (default 1)")
+    t.add_argument("--inner-lr", type=number("--inner-lr", float))
+    t.add_argument("--outer-lr", type=number("--outer-lr", float),
+                   help="Adam learning rate (MAML family, default 1e-3) or Reptile step size (default 1.0)")
+    t.add_argument("--first-order", action="store_true")
+    t.add_argument("--chunk-size", type=number("--chunk-size", int), help="tasks per vmap chunk (bounds memory)")
+    t.add_argument("--checkpoint-every", type=number("--checkpoint-every", int),
+                   help="steps between checkpoints and metrics lines (default 50; may change on --resume)")
+    t.add_argument("--seed", type=number("--seed", int), default=0)
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (where available)")
+    t.add_argument("--out", default="metadp-run",
+                   help="the run's folder (default metadp-run), created if missing; a folder that holds a run "
+                        "needs --resume. A run holds an flock on OUT/run.lock while it writes, so a second run "
+                        "into OUT is refused; the OS releases the lock when the process exits (a run.lock left "
+                        "behind is never stale)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (start one if it holds none): every release on its ledgers "
+                        "stays charged. Its settings are kept in OUT/run.json and must not change; its noise is "
+                        "reused unless --noise is given; the learning rates and --chunk-size may change. A lost "
+                        "checkpoint.pt restarts training from step 0 (said on stderr) with the spent budget kept")
+    t.add_argument("--resume-changed", action="store_true",
+                   help="with --resume: accept changed settings (e.g. a larger --epsilon or more --steps); the "
+                        "budget spent so far stays charged. Settings that change what a release is (the noise, "
+                        "sampling, pool, data, algorithm) are refused even so: use another --out")
+    t.add_argument("--norm", choices=("batch", "group"),
+                   help="Conv-4 normalisation for image data (default batch): batch statistics of the current "
+                        "batch only (MAML's setting; per-example gradients use each example alone) or group norm")
+    t.add_argument("--rotations", action="store_true",
+                   help="Omniglot: characters rotated by 90, 180, 270 degrees are new classes (augmentation)")
+    t.add_argument("--eval-tasks", type=number("--eval-tasks", int), default=600,
+                   help="held-out tasks for the final evaluation (default 600; Omniglot uses its 20 one-shot runs)")
+    p = t.add_argument_group("protonet (obfuscated images; the options above that apply: --data glyphs|omniglot, "
+                             "--epsilon, --delta, --steps, --outer-lr, --seed, --out, --device, --norm, --rotations, "
+                             "--eval-tasks)")
+    p.add_argument("--obfuscation", choices=CLI_OBFUSCATIONS,
+                   help="applied to support and query images (default none); only dp-pix has a formal guarantee")
+    p.add_argument("--cell", type=number("--cell", int), help="dp-pix, pixelize: the cell side b in pixels")
+    p.add_argument("--m", type=number("--m", int),
+                   help="dp-pix: neighbouring images differ in at most m pixel values (default 1)")
+    p.add_argument("--radius", type=number("--radius", int), help="blur: kernel half-width r ((2r+1)^2 kernel)")
+    p.add_argument("--sigma", type=number("--sigma", float),
+                   help="blur: kernel std in pixels (default r); gaussian: noise std in [0, 1] units (paper / 255)")
+    p.add_argument("--denoiser", action="store_true", help="train a residual (DnCNN-style) denoiser jointly")
+    p.add_argument("--denoise-weight", type=number("--denoise-weight", float),
+                   help="lambda in loss = classification + lambda * denoising MSE (default 1, the paper's)")
+    p.add_argument("--ways", type=number("--ways", int),
+                   help="N of N-way episodes, training and evaluation (default 5)")
+    p.add_argument("--shots", type=number("--shots", int), help="support images per class (default 5)")
+    p.add_argument("--query", type=number("--query", int), help="query images per class (default 5)")
+
+
+CLI_OBFUSCATIONS = {"none": "none", "dp-pix": "dp_pix", "pixelize": "pixelize", "blur": "gaussian_blur",
+                 "gaussian": "gaussian_noise"}
