@@ -11,7 +11,8 @@
 
 Strategies: rates 1e-4..0.5 and deltas 1e-9..1e-3 (both log-uniform), noise multipliers 0.5..10,
 steps 1..10^4. Runs are derandomized (fixed seed, no example database) so failures reproduce; example
-counts keep each test under ~20 s on one core. The `slow` variants run many more examples.
+counts keep the default run short (a few seconds per test); every property also has a `slow` variant
+(python -m pytest -m slow) with many more examples.
 
 Tolerances. Each accountant result is a grid minimum refined by Brent's method; comparing two such
 results can differ from the exact ordering by the optimiser's tolerance, far below 1e-9 relative, so
@@ -79,7 +80,7 @@ def _finite_nonnegative(*values: float) -> bool:
 # Monotonicity, Poisson sampling (add/remove).
 
 
-@_fast(50)
+@_fast(15)  # 300 more in test_poisson_monotone_sweep
 @given(q=rates, z1=noises, z2=noises, t=steps, delta=deltas)
 def test_poisson_epsilon_non_increasing_in_noise(q, z1, z2, t, delta):
     lo, hi = sorted((z1, z2))
@@ -88,16 +89,20 @@ def test_poisson_epsilon_non_increasing_in_noise(q, z1, z2, t, delta):
     assert _no_larger(eps_hi, eps_lo)
 
 
-@_fast(50)
-@given(q1=rates, q2=rates, z=noises, t=steps, delta=deltas)
-def test_poisson_epsilon_non_decreasing_in_rate(q1, q2, z, t, delta):
+def _poisson_epsilon_non_decreasing_in_rate(q1, q2, z, t, delta):
     lo, hi = sorted((q1, q2))
     eps_lo, eps_hi = poisson_eps(lo, z, t, delta), poisson_eps(hi, z, t, delta)
     assert _finite_nonnegative(eps_lo, eps_hi)
     assert _no_larger(eps_lo, eps_hi)
 
 
-@_fast(50)
+test_poisson_epsilon_non_decreasing_in_rate = _fast(15)(given(q1=rates, q2=rates, z=noises, t=steps, delta=deltas)(
+    _poisson_epsilon_non_decreasing_in_rate))
+test_poisson_rate_sweep = pytest.mark.slow(_fast(150)(given(q1=rates, q2=rates, z=noises, t=steps, delta=deltas)(
+    _poisson_epsilon_non_decreasing_in_rate)))
+
+
+@_fast(15)  # 300 more in test_poisson_monotone_sweep
 @given(q=rates, z=noises, t1=steps, t2=steps, delta=deltas)
 def test_poisson_epsilon_non_decreasing_in_steps(q, z, t1, t2, delta):
     lo, hi = sorted((t1, t2))
@@ -110,7 +115,7 @@ def test_poisson_epsilon_non_decreasing_in_steps(q, z, t1, t2, delta):
 # Monotonicity, fixed-size sampling without replacement (substitution).
 
 
-@_fast(40)
+@_fast(15)  # 150 more in test_fixed_monotone_sweep
 @given(m=batches, z1=noises, z2=noises, t=steps, delta=deltas)
 def test_fixed_epsilon_non_increasing_in_noise(m, z1, z2, t, delta):
     lo, hi = sorted((z1, z2))
@@ -119,7 +124,7 @@ def test_fixed_epsilon_non_increasing_in_noise(m, z1, z2, t, delta):
     assert _no_larger(eps_hi, eps_lo)
 
 
-@_fast(40)
+@_fast(15)  # 150 more in test_fixed_monotone_sweep
 @given(m1=batches, m2=batches, z=noises, t=steps, delta=deltas)
 def test_fixed_epsilon_non_decreasing_in_rate(m1, m2, z, t, delta):
     lo, hi = sorted((m1, m2))
@@ -128,13 +133,17 @@ def test_fixed_epsilon_non_decreasing_in_rate(m1, m2, z, t, delta):
     assert _no_larger(eps_lo, eps_hi)
 
 
-@_fast(40)
-@given(m=batches, z=noises, t1=steps, t2=steps, delta=deltas)
-def test_fixed_epsilon_non_decreasing_in_steps(m, z, t1, t2, delta):
+def _fixed_epsilon_non_decreasing_in_steps(m, z, t1, t2, delta):
     lo, hi = sorted((t1, t2))
     eps_lo, eps_hi = fixed_eps(m, z, lo, delta), fixed_eps(m, z, hi, delta)
     assert _finite_nonnegative(eps_lo, eps_hi)
     assert _no_larger(eps_lo, eps_hi)
+
+
+test_fixed_epsilon_non_decreasing_in_steps = _fast(15)(given(m=batches, z=noises, t1=steps, t2=steps, delta=deltas)(
+    _fixed_epsilon_non_decreasing_in_steps))
+test_fixed_steps_sweep = pytest.mark.slow(_fast(100)(given(m=batches, z=noises, t1=steps, t2=steps, delta=deltas)(
+    _fixed_epsilon_non_decreasing_in_steps)))
 
 
 def test_fixed_size_costs_at_least_poisson_at_the_same_rate():
@@ -150,7 +159,7 @@ def test_fixed_size_costs_at_least_poisson_at_the_same_rate():
 # Round trips.
 
 
-@_fast(50)
+@_fast(15)  # 400 more in test_delta_round_trip_sweep
 @given(q=rates, z=noises, t=steps, delta=deltas)
 def test_delta_epsilon_delta_round_trip(q, z, t, delta):
     acc = RdpAccountant().compose(PoissonSampled(q, Gaussian(z)), t)
@@ -166,14 +175,18 @@ def _tv_delta(acc: RdpAccountant) -> float:
     return math.sqrt(-math.expm1(-float(np.min(acc.rdp()))))
 
 
-@_fast(50)
-@given(q=rates, z=noises, t=steps, eps=st.floats(0.05, 20.0))
-def test_epsilon_delta_epsilon_round_trip(q, z, t, eps):
+def _epsilon_delta_epsilon_round_trip(q, z, t, eps):
     acc = RdpAccountant().compose(PoissonSampled(q, Gaussian(z)), t)
     delta = acc.get_delta(eps)
     assert 0.0 <= delta <= 1.0
     assume(1e-300 < delta < 1.0)
     assert acc.get_epsilon(delta) <= eps * (1.0 + 1e-9) + ABS
+
+
+test_epsilon_delta_epsilon_round_trip = _fast(15)(given(q=rates, z=noises, t=steps, eps=st.floats(0.05, 20.0))(
+    _epsilon_delta_epsilon_round_trip))
+test_epsilon_round_trip_sweep = pytest.mark.slow(_fast(200)(given(q=rates, z=noises, t=steps, eps=st.floats(0.05, 20.0))(
+    _epsilon_delta_epsilon_round_trip)))
 
 
 # Regression (was a reported bug, now fixed):
@@ -254,11 +267,11 @@ def _max_rate_meets_target_and_is_tight(q0, z, t, delta):
 
 # Each calibration is a bisection of ~50 accountant calls: a few examples in the default suite, many in
 # the slow sweeps below (the same properties).
-test_calibrate_noise_meets_target_and_is_tight = _fast(6)(given(q=rates, z0=noises, t=steps, delta=deltas)(
+test_calibrate_noise_meets_target_and_is_tight = _fast(3)(given(q=rates, z0=noises, t=steps, delta=deltas)(
     _calibrate_noise_meets_target_and_is_tight))
-test_max_steps_meets_target_and_one_more_step_exceeds_it = _fast(6)(given(q=rates, z=noises, t0=steps, delta=deltas)(
+test_max_steps_meets_target_and_one_more_step_exceeds_it = _fast(3)(given(q=rates, z=noises, t0=steps, delta=deltas)(
     _max_steps_meets_target_and_one_more_step_exceeds_it))
-test_max_rate_meets_target_and_is_tight = _fast(5)(given(q0=rates, z=noises, t=steps, delta=deltas)(
+test_max_rate_meets_target_and_is_tight = _fast(3)(given(q0=rates, z=noises, t=steps, delta=deltas)(
     _max_rate_meets_target_and_is_tight))
 test_calibrate_noise_tight_sweep = pytest.mark.slow(_fast(40)(given(q=rates, z0=noises, t=steps, delta=deltas)(
     _calibrate_noise_meets_target_and_is_tight)))
@@ -272,9 +285,7 @@ test_max_rate_sweep = pytest.mark.slow(_fast(40)(given(q0=rates, z=noises, t=ste
 # Plans: the report is the accountant's number for the plan's events.
 
 
-@_fast(30)
-@given(q=rates, z=noises, t=steps, delta=deltas)
-def test_plan_report_equals_accountant(q, z, t, delta):
+def _plan_report_equals_accountant(q, z, t, delta):
     from metadp.plan import Plan, plan_epsilon
 
     plan = Plan.from_dict({"name": "property", "unit": "record", "relation": "add_remove", "delta": delta,
@@ -283,6 +294,12 @@ def test_plan_report_equals_accountant(q, z, t, delta):
     report = plan_epsilon(plan, accountant="rdp")
     assert report.epsilon == poisson_eps(q, z, t, delta)
     assert report.unit == "record" and report.relation == "add_remove" and report.steps == t
+
+
+test_plan_report_equals_accountant = _fast(10)(given(q=rates, z=noises, t=steps, delta=deltas)(
+    _plan_report_equals_accountant))
+test_plan_report_sweep = pytest.mark.slow(_fast(100)(given(q=rates, z=noises, t=steps, delta=deltas)(
+    _plan_report_equals_accountant)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ above 1, integer orders (binomial sum) and fractional ones (integral), small and
 orders on either side of the fast code's binomial/integral switch.
 
 References: integer orders use the exact binomial sum (fast in mpmath even at 10,000);
-fractional orders use mpmath.quad at 60 digits (~0.6 s each), which is why the default
-run samples the (rate, noise) plane and the full cartesian sweep is marked slow.
+fractional orders use mpmath.quad at 60 digits (~0.6-1 s each), which is why the default
+run samples the (rate, noise, order) grids with a cover (tests/_grid.py: every rate, noise and
+order at least once, both sides of every switch) and the rest, with the full cartesian sweep, is
+marked slow.
 Nothing in these grids is skipped for being too expensive to reference: every
 combination in the slow sweep is computed (about 3 minutes); the default run is a subset.
 """
@@ -31,6 +33,7 @@ from metadp.verify.references import (
     ref_poisson_gaussian_rdp,
     ref_wor_gaussian_rdp,
 )
+from _grid import cover, product
 
 RTOL = 1e-10  # the issue's requirement for the Poisson-subsampled Gaussian
 
@@ -79,8 +82,8 @@ _NOISES = [0.3, 0.7, 1.0, 2.0, 10.0, 100.0]
 _INT_ORDERS = [2, 3, 4, 10, 64, 256, 1024]
 _FRAC_ORDERS = [1.01, 1.5, 2.5, 10.5, 9999.5]
 
-# (rate, noise) pairs for the fractional default run: every rate and every noise level
-# appears, with tiny q at both the smallest and largest noise, q near 1 at small noise.
+# (rate, noise) pairs for the fractional orders: every rate and every noise level appears, with
+# tiny q at both the smallest and largest noise, q near 1 at small noise.
 _FRAC_PAIRS = [
     (1e-8, 0.3),
     (1e-8, 100.0),
@@ -93,6 +96,25 @@ _FRAC_PAIRS = [
     (0.9, 2.0),
     (0.999999, 0.3),
 ]
+# Each fractional reference is a 60-digit quadrature (~1 s): the default run takes one or two orders
+# per pair, so that every pair, every order, every rate and noise appears, with the hard corners:
+# orders just above 1 at tiny q (log A ~ 1e-16) and at q near 1, order 9999.5 at noise 0.3 (huge RDP)
+# and at noise 100 (tiny RDP), order 10.5 below and 9999.5 above every panel-count regime. The other
+# (pair, order) points run under -m slow, as does test_poisson_full_sweep (every rate x noise x order).
+_FRAC_DEFAULT = [
+    (1e-8, 0.3, 9999.5),
+    (1e-8, 100.0, 1.01),
+    (1e-6, 1.0, 1.5),
+    (1e-4, 2.0, 2.5),
+    (1e-2, 0.7, 10.5),
+    (1e-2, 10.0, 1.01),
+    (0.1, 1.0, 2.5),
+    (0.5, 100.0, 9999.5),
+    (0.9, 2.0, 1.5),
+    (0.999999, 0.3, 1.01),
+    (0.999999, 0.3, 9999.5),
+]
+_FRAC_GRID = [(q, z, a) for (q, z) in _FRAC_PAIRS for a in _FRAC_ORDERS]
 
 
 def _check_poisson(rdp, rate, noise, orders):
@@ -107,16 +129,16 @@ def test_poisson_integer_orders(rdp, rate, noise):
     _check_poisson(rdp, rate, noise, _INT_ORDERS)
 
 
-@pytest.mark.parametrize("rate", [1e-8, 1e-2, 0.999999])
-@pytest.mark.parametrize("noise", [0.3, 1.0, 100.0])
+@pytest.mark.parametrize("rate,noise", cover(product([1e-8, 1e-2, 0.999999], [0.3, 1.0, 100.0]), default=[
+    (1e-8, 0.3), (1e-8, 100.0), (1e-2, 1.0), (0.999999, 0.3), (0.999999, 100.0)]))
 def test_poisson_order_ten_thousand(rdp, rate, noise):
     # alpha = 1e4: at z = 0.3 log A ~ 5.6e8 (huge RDP), at z = 100 and q = 1e-8 ~ 1e-8.
     _check_poisson(rdp, rate, noise, [10000])
 
 
-@pytest.mark.parametrize("rate,noise", _FRAC_PAIRS)
-def test_poisson_fractional_orders(rdp, rate, noise):
-    _check_poisson(rdp, rate, noise, _FRAC_ORDERS)
+@pytest.mark.parametrize("rate,noise,order", cover(_FRAC_GRID, default=_FRAC_DEFAULT))
+def test_poisson_fractional_orders(rdp, rate, noise, order):
+    _check_poisson(rdp, rate, noise, [order])
 
 
 @pytest.mark.slow
@@ -189,7 +211,11 @@ def _compare_with_dp_accounting(rdp, rate, noise, full):
     return worse
 
 
-@pytest.mark.parametrize("rate,noise", [(1e-8, 1.0), (1e-2, 1.0), (0.1, 5.0), (0.5, 20.0)])
+# Default: tiny q (dp-accounting's integer and fractional cancellation) and q = 0.5, z = 20 (its
+# series returning +inf at alpha <= 2.5 and off by 12x at moderate q and large noise); the two
+# intermediate pairs run under -m slow.
+@pytest.mark.parametrize("rate,noise", cover([(1e-8, 1.0), (1e-2, 1.0), (0.1, 5.0), (0.5, 20.0)],
+                                             default=[(1e-8, 1.0), (0.5, 20.0)], every_value=False))
 def test_poisson_against_dp_accounting(rdp, rate, noise):
     _compare_with_dp_accounting(rdp, rate, noise, full=False)
 
@@ -236,8 +262,11 @@ def test_laplace_matches_reference(rdp, scale):
 _WOR_ORDERS = [1.01, 1.5, 2, 2.5, 3, 10, 64.5, 256, 257, 1024, 10000]
 
 
-@pytest.mark.parametrize("rate", [1e-6, 1e-3, 0.01, 0.1, 0.5, 0.999999])
-@pytest.mark.parametrize("noise", [0.5, 1.0, 3.0, 10.0])
+# The default run: every rate and every noise (0.5 and 1 below the switch of WBK's min{4(e^eps2 - 1),
+# 2 e^eps2} at z = 1.2, 3 and 10 above it), the smallest and the largest rate at both ends of the noise.
+@pytest.mark.parametrize("rate,noise", cover(product([1e-6, 1e-3, 0.01, 0.1, 0.5, 0.999999], [0.5, 1.0, 3.0, 10.0]),
+                                             default=[(1e-6, 0.5), (1e-6, 10.0), (1e-3, 1.0), (0.01, 3.0),
+                                                      (0.1, 10.0), (0.5, 1.0), (0.999999, 0.5), (0.999999, 10.0)]))
 def test_wor_matches_reference(rdp, rate, noise):
     fast = rdp.wor_gaussian_rdp(rate, noise, _WOR_ORDERS)
     refs = [_ref_wor(rate, noise, float(a)) for a in _WOR_ORDERS]

@@ -24,6 +24,7 @@ from metadp.verify.references import (
     ref_rdp_to_epsilon_classic,
     ref_wor_gaussian_rdp,
 )
+from _grid import cover
 
 
 def _mp(text) -> mpmath.mpf:
@@ -47,13 +48,18 @@ _RATES = [1e-8, 1e-4, 0.01, 0.3, 0.9, 0.999999]
 _NOISES = [0.3, 1.0, 3.0, 20.0, 100.0]
 _INT_ORDERS = [2, 3, 7, 40, 256, 1000]
 
-# Default run: every corner of rate x noise x order plus a few interior points (~0.6 s each).
+# Every corner of rate x noise x order plus a few interior points (~1 s each). The default run keeps
+# the interior points and the two diagonals of the extreme corners (tiny q and q near 1, each at
+# noise 0.3 with order 1000 (huge RDP) and at noise 100 with order 2 (log A ~ 1e-20)); every value of
+# rate, noise and order appears. The other corners run under -m slow, as does the full sweep below.
 _BINOMIAL_VS_QUAD_FAST = [
     (q, s, a) for q in (1e-8, 0.01, 0.999999) for s in (0.3, 100.0) for a in (2, 1000)
 ] + [(1e-4, 1.0, 7), (0.3, 3.0, 40), (0.9, 20.0, 256), (0.01, 1.0, 10)]
+_BINOMIAL_VS_QUAD_DEFAULT = [(1e-8, 0.3, 1000), (1e-8, 100.0, 2), (0.999999, 0.3, 1000), (0.999999, 100.0, 2),
+                             (1e-4, 1.0, 7), (0.3, 3.0, 40), (0.9, 20.0, 256), (0.01, 1.0, 10)]
 
 
-@pytest.mark.parametrize("rate,noise,order", _BINOMIAL_VS_QUAD_FAST)
+@pytest.mark.parametrize("rate,noise,order", cover(_BINOMIAL_VS_QUAD_FAST, default=_BINOMIAL_VS_QUAD_DEFAULT))
 def test_binomial_matches_quad(rate, noise, order):
     binomial = ref_poisson_gaussian_log_a(rate, noise, order, method="binomial")
     quad = ref_poisson_gaussian_log_a(rate, noise, order, method="quad")
@@ -111,9 +117,12 @@ _QUAD_VS_SERIES = [
     (0.5, 1.0, 7.3),
     (0.01, 5.0, 300.5),
 ]
+# Default run: every rate, noise and order above once (the others under -m slow).
+_QUAD_VS_SERIES_DEFAULT = [(1e-8, 20.0, 1.5), (1e-3, 2.0, 1.01), (1e-3, 5.0, 2.5), (0.1, 0.5, 50.5),
+                           (0.5, 1.0, 7.3), (0.01, 5.0, 300.5)]
 
 
-@pytest.mark.parametrize("rate,noise,order", _QUAD_VS_SERIES)
+@pytest.mark.parametrize("rate,noise,order", cover(_QUAD_VS_SERIES, default=_QUAD_VS_SERIES_DEFAULT))
 def test_quad_matches_series_fractional(rate, noise, order):
     quad = ref_poisson_gaussian_log_a(rate, noise, order, method="quad")
     series = ref_poisson_gaussian_log_a(rate, noise, order, method="series", series_tol=1e-30)
@@ -139,7 +148,9 @@ def test_series_raises_when_it_cannot_converge():
 # --------------------------------------------------------------------------- Poisson: definition and degenerate cases
 
 
-@pytest.mark.parametrize("rate,noise,order", [(0.05, 1.0, 2.5), (0.3, 2.0, 1.2), (1e-3, 0.8, 6.0)])
+# One point in the default run (each is a 60-digit quadrature of the definition, 1-2 s), two under -m slow.
+@pytest.mark.parametrize("rate,noise,order", cover([(0.05, 1.0, 2.5), (0.3, 2.0, 1.2), (1e-3, 0.8, 6.0)],
+                                                   default=[(1e-3, 0.8, 6.0)], every_value=False))
 def test_quad_matches_direct_renyi_divergence(rate, noise, order):
     # Independent of the A - 1 rewriting: integrate p^a q^(1-a) for
     # P = (1-q) N(0, s^2) + q N(1, s^2), Q = N(0, s^2) as written in the definition.
