@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import metadp.cli
 import metadp.plan
 from metadp.citations import CITATIONS, bibtex
 from metadp.cite import SOFTWARE_KEY, cite, latex_escape, latex_upper
@@ -124,7 +125,7 @@ def cases():
         return seen[-1]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(metadp.plan, "plan_epsilon", recording)
+        mp.setattr(metadp.cli, "plan_epsilon", recording)
         for plan in PLANS:
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
