@@ -19,7 +19,7 @@ from metadp.amplification.one_pass import _allocation_losses
 from metadp.mechanisms.episodic import episodic_record_pairs, hidden_binomial_pairs
 from metadp.mechanisms.gaussian import GaussianMixturePair, poisson_gaussian_pairs
 from metadp.mechanisms.laplace import LaplacePair
-from metadp.verify import pipelines
+from metadp.verify import pipelines, sampled
 from metadp.verify.fidelity import episodic_multiplicity_test
 from metadp.verify.pipelines import (
     Pipeline,
@@ -184,7 +184,7 @@ def test_revealed_loss_matches_the_binomial_mixture_formula():
     x = rng.normal(0, 3, size=(30, 7))
     j = rng.integers(0, L + 1, size=(30, 7))
     assert j.max() >= len(mixture.components)  # some counts lie past the mixture's truncation
-    got = pipelines._revealed_loss(mixture, r, shift, x, j)
+    got = sampled._revealed_loss(mixture, r, shift, x, j)
     expected = np.empty_like(x)
     for idx in np.ndindex(x.shape):
         ks = np.arange(j[idx] + 1)

@@ -2,8 +2,8 @@
 
 These functions are oracles: slow, simple, and written so that each result can be
 trusted to many more digits than a float64 carries. The fast code in
-`metadp.accounting` is tested against them (`tests/accounting/test_rdp_oracle.py`)
-and they are tested against each other (`tests/verify/test_references.py`).
+`metadp.core.rdp` is tested against them (`tests/core/test_rdp_oracle.py`)
+and they are tested against each other (`tests/oracles/test_references.py`).
 
 Conventions:
   * Every function works inside a local `mpmath.workdps(dps + guard)` context and
