@@ -30,7 +30,7 @@ from metadp.plan import load_plan
 from metadp.report import format_lower
 from metadp.verify.audit import audit
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
-from metadp.verify.pipelines import dp_pix_pipeline, pipeline_for, poisson_pipeline
+from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
 from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
@@ -272,7 +272,7 @@ def _plan_pipeline(args):
     shuffle = (s.population, s.batch_size) if s.scheme == "shuffle" else None
     try:
         pipe = pipeline_for(step, view.steps, shuffle=shuffle)
-    except UnsupportedEventError:
+    except NoPipelineError:
         raise ValueError(f"metadp verify plan: no pipeline for sampling.scheme = '{s.scheme}' yet") from None
     for name in ("pld", "rdp"):  # the tightest accountant that reads the step
         try:

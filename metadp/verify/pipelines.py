@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 from typing import Optional, Tuple
 
-from metadp.accounting import UnsupportedEventError
 from metadp.core import events as ev
 from metadp.verify.dp_pix_pipeline import dp_pix_pipeline
 from metadp.verify.one_pass import balls_in_bins_pipeline, shuffle_pipeline
@@ -41,13 +40,21 @@ from metadp.verify.runs import Pipeline
 from metadp.verify.sampled import episodic_pipeline, fixed_size_pipeline, poisson_pipeline
 
 __all__ = ["Pipeline", "poisson_pipeline", "fixed_size_pipeline", "episodic_pipeline", "shuffle_pipeline",
-           "balls_in_bins_pipeline", "dp_pix_pipeline", "pipeline_for"]
+           "balls_in_bins_pipeline", "dp_pix_pipeline", "pipeline_for", "NoPipelineError"]
+
+
+class NoPipelineError(ValueError):
+    """No audit pipeline realises the event (``event`` is kept; the message names it and the reason)."""
+
+    def __init__(self, event: ev.Event, reason: str):
+        self.event = event
+        super().__init__(f"no audit pipeline for {event.describe()}: {reason}")
 
 
 def _noise(event: ev.Event) -> float:
     inner = getattr(event, "inner", None)
     if not isinstance(inner, ev.Gaussian):
-        raise UnsupportedEventError(f"no audit pipeline for {event.describe()}: the sampled step must be Gaussian")
+        raise NoPipelineError(event, "the sampled step must be Gaussian")
     return inner.noise_multiplier
 
 
@@ -56,7 +63,7 @@ def pipeline_for(event: ev.Event, steps: int, *, shuffle: Optional[Tuple[int, in
     """The audit pipeline that realises ``steps`` compositions of one accountant event.
 
     Dispatch on the event's type: ``PoissonSampled(q, Gaussian(z))`` -> :func:`poisson_pipeline`,
-    ``FixedSizeSampled`` -> :func:`fixed_size_pipeline` (substitution), ``EpisodicSampled`` ->
+    ``FixedSizeSampled`` (sensitivity factor 2) -> :func:`fixed_size_pipeline` (substitution), ``EpisodicSampled`` ->
     :func:`episodic_pipeline` (the unit revealed when its rate is below 1), and ``Gaussian(z)`` with
     ``shuffle=(population, batch)`` -> :func:`shuffle_pipeline` over ``steps`` passes with background
     -1 (every step of a pass is one Gaussian release, the adversarial zero-out construction).
@@ -67,10 +74,10 @@ def pipeline_for(event: ev.Event, steps: int, *, shuffle: Optional[Tuple[int, in
         shuffle: (population, batch) when the steps are passes over a shuffled equal partition.
 
     Raises:
-        UnsupportedEventError: (a ValueError) for an event no pipeline realises.
+        NoPipelineError: (a ValueError) for an event no pipeline realises.
         ValueError: on invalid parameters of the pipeline.
     """
-    raise UnsupportedEventError(f"no audit pipeline for {event.describe()}")
+    raise NoPipelineError(event, f"no pipeline for {type(event).__name__}")
 
 
 @pipeline_for.register
@@ -80,6 +87,8 @@ def _(event: ev.PoissonSampled, steps: int, *, shuffle=None) -> Pipeline:
 
 @pipeline_for.register
 def _(event: ev.FixedSizeSampled, steps: int, *, shuffle=None) -> Pipeline:
+    if event.sensitivity_factor != 2.0:  # the pipeline's construction moves the sum by 2C
+        raise NoPipelineError(event, "the fixed-size pipeline realises sensitivity factor 2")
     return fixed_size_pipeline(event.batch, event.population, _noise(event), steps)
 
 
@@ -92,6 +101,6 @@ def _(event: ev.EpisodicSampled, steps: int, *, shuffle=None) -> Pipeline:
 @pipeline_for.register
 def _(event: ev.Gaussian, steps: int, *, shuffle=None) -> Pipeline:
     if shuffle is None:
-        raise UnsupportedEventError(f"no audit pipeline for {event.describe()} without shuffle=(population, batch)")
+        raise NoPipelineError(event, "a Gaussian step is a pipeline only as a pass of a shuffle=(population, batch)")
     population, batch = shuffle
     return shuffle_pipeline(population, batch, event.noise_multiplier, steps, background=-1.0)
