@@ -22,13 +22,14 @@ from typing import List
 
 import numpy as np
 
-from metadp.accounting import ACCOUNTANTS, Gaussian, PldAccountant, PoissonSampled, UnsupportedEventError
+from metadp.accounting import Gaussian, PldAccountant, PoissonSampled
 from metadp.mechanisms.dp_pix import dp_pix_event
 from metadp.mechanisms.gaussian import gaussian_pair
 from metadp.mechanisms.laplace import LaplacePair
 from metadp.plan import load_plan
 from metadp.report import format_lower
 from metadp.verify.audit import audit
+from metadp.verify.claims import accountant_profile, tightest_accountant
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
 from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
@@ -232,11 +233,7 @@ def _claim_and_samplers(args):
     claim_z = args.claim_noise if args.claim_noise is not None else args.noise
     steps = 1 if args.steps is None else args.steps
     pipeline = poisson_pipeline(args.rate, args.noise, steps)
-    accountant = PldAccountant().compose(PoissonSampled(args.rate, Gaussian(claim_z)), steps)
-
-    def profile(eps):
-        return np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
-
+    profile = accountant_profile(PldAccountant().compose(PoissonSampled(args.rate, Gaussian(claim_z)), steps))
     return (pipeline.sample_d, pipeline.sample_d_prime, profile,
             f"{pipeline.description}; claimed: PLD upper bound at noise {claim_z:g}", None)
 
@@ -252,11 +249,7 @@ def _dp_pix_pipeline(args):
     if not 1 <= m <= side * side:
         raise ValueError(f"--m must be in [1, {side * side}] (the pixels of one {side} x {side} cell), got {m}")
     pipe = dp_pix_pipeline(args.epsilon, b, m, partial_cell=bool(args.partial_cell))
-    accountant = PldAccountant().compose(dp_pix_event(claim))
-
-    def profile(e):
-        return np.array([accountant.get_delta(float(x)) for x in np.atleast_1d(e)])
-
+    profile = accountant_profile(PldAccountant().compose(dp_pix_event(claim)))
     return (pipe.sample_d, pipe.sample_d_prime, profile,
             f"{pipe.description}; claimed: metadp's PLD bound for dp_pix_event({claim:g})",
             ("epsilon 25% above the claim (Laplace scale 20% below)", LaplacePair(0.8 / claim)))
@@ -274,17 +267,11 @@ def _plan_pipeline(args):
         pipe = pipeline_for(step, view.steps, shuffle=shuffle)
     except NoPipelineError:
         raise ValueError(f"metadp verify plan: no pipeline for sampling.scheme = '{s.scheme}' yet") from None
-    for name in ("pld", "rdp"):  # the tightest accountant that reads the step
-        try:
-            accountant = ACCOUNTANTS[name](relation=view.relation).compose(step, view.steps)
-            break
-        except UnsupportedEventError:
-            continue
-    else:
-        raise ValueError(f"metadp verify plan: no accountant can analyse {step.describe()}")
-
-    def profile(eps):
-        return np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
+    try:
+        accountant = tightest_accountant(step, view.steps, relation=view.relation)
+    except ValueError as err:
+        raise ValueError(f"metadp verify plan: {err}") from None
+    profile = accountant_profile(accountant)
 
     return (pipe.sample_d, pipe.sample_d_prime, profile,
             f"{plan.name}: {pipe.description}; claimed: metadp's {accountant.name.upper()} bound for the plan's "

@@ -280,8 +280,9 @@ def test_neighbours_attain_the_bound_in_one_cell():
     corner = dp_pix_neighbours(4, 4, partial_cell=True)  # a 6 x 6 image: the 2 x 2 corner cell changes
     assert corner.size == 6 and corner.side == 2 and corner.pixel == (4, 4)
     assert corner.neighbour[4:, 4:].sum() == 4 and corner.neighbour.sum() == 4
-    for call, name in ((lambda: dp_pix_neighbours(2, 5), "m"), (lambda: dp_pix_neighbours(1, 1, partial_cell=True), "cell"),
-                       (lambda: dp_pix_neighbours(4, 5, partial_cell=True), "m"), (lambda: dp_pix_neighbours(0), "cell")):
+    bad = ((lambda: dp_pix_neighbours(2, 5), "m"), (lambda: dp_pix_neighbours(1, 1, partial_cell=True), "cell"),
+           (lambda: dp_pix_neighbours(4, 5, partial_cell=True), "m"), (lambda: dp_pix_neighbours(0), "cell"))
+    for call, name in bad:
         with pytest.raises(ValueError, match=name):
             call()
 
