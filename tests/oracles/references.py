@@ -177,6 +177,15 @@ def ref_wor_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DP
 # --------------------------------------------------------------------------- conversions
 
 
+def _rdp_point(rdp_value, order, dps: int):
+    """(rdp, alpha) as mpf after the checks every conversion shares: dps >= 60, rdp >= 0, alpha > 1."""
+    check_dps(dps)
+    r = mp_real(rdp_value, "rdp_value")
+    if r < 0:
+        raise ValueError(f"rdp_value must be >= 0, got {rdp_value!r}")
+    return r, mp_order(order)
+
+
 def ref_rdp_to_epsilon(rdp_value, order, delta, *, dps: int = DEFAULT_DPS) -> mpmath.mpf:
     """(eps, delta)-DP from one RDP point, the improved conversion.
 
@@ -193,11 +202,7 @@ def ref_rdp_to_epsilon(rdp_value, order, delta, *, dps: int = DEFAULT_DPS) -> mp
     Returns:
       eps as mpf (inf if rdp_value is inf).
     """
-    check_dps(dps)
-    r = mp_real(rdp_value, "rdp_value")
-    if r < 0:
-        raise ValueError(f"rdp_value must be >= 0, got {rdp_value!r}")
-    a = mp_order(order)
+    r, a = _rdp_point(rdp_value, order, dps)
     d = mp_real(delta, "delta")
     if not 0 < d < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
@@ -222,11 +227,7 @@ def ref_rdp_to_epsilon_classic(rdp_value, order, delta, *, dps: int = DEFAULT_DP
     Returns:
       eps as mpf.
     """
-    check_dps(dps)
-    r = mp_real(rdp_value, "rdp_value")
-    if r < 0:
-        raise ValueError(f"rdp_value must be >= 0, got {rdp_value!r}")
-    a = mp_order(order)
+    r, a = _rdp_point(rdp_value, order, dps)
     d = mp_real(delta, "delta")
     if not 0 < d < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
@@ -249,11 +250,7 @@ def ref_rdp_to_delta(rdp_value, order, epsilon, *, dps: int = DEFAULT_DPS) -> mp
     Returns:
       delta as mpf in [0, 1].
     """
-    check_dps(dps)
-    r = mp_real(rdp_value, "rdp_value")
-    if r < 0:
-        raise ValueError(f"rdp_value must be >= 0, got {rdp_value!r}")
-    a = mp_order(order)
+    r, a = _rdp_point(rdp_value, order, dps)
     e = mp_real(epsilon, "epsilon")
     if e < 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
