@@ -39,7 +39,8 @@ from torch import nn
 
 from metadp.core.validation import check_count, check_delta, check_positive, check_real
 from metadp.accounting.pld import PldAccountant
-from metadp.mechanisms import image as obfuscations
+from metadp.mechanisms import obfuscation as obfuscations
+from metadp.mechanisms.dp_pix import dp_pix, dp_pix_event
 from metadp.training.evaluate import Score
 from metadp.training.models import Conv4
 
@@ -127,7 +128,7 @@ def make_obfuscation(config: ProtoConfig) -> Obfuscate:
     """The config's obfuscation as ``f(images [..., C, H, W], generator) -> same shape``, fresh noise per image."""
     c = config
     if c.obfuscation == "dp_pix":
-        return lambda x, g: obfuscations.dp_pix(x, c.epsilon, c.cell, c.m or 1, rng=g)
+        return lambda x, g: dp_pix(x, epsilon=c.epsilon, cell=c.cell, m=c.m or 1, rng=g)
     if c.obfuscation == "pixelize":
         return lambda x, g: obfuscations.pixelize(x, c.cell)
     if c.obfuscation == "gaussian_blur":
@@ -457,7 +458,7 @@ def percentage_gain(with_denoiser: torch.Tensor, without: torch.Tensor):
 
 # ------------------------------------------------------------------------------------------ privacy
 def _composed(epsilon: float, releases: int, delta: float) -> dict:
-    bound = PldAccountant().compose(obfuscations.dp_pix_event(epsilon, releases)).get_epsilon(delta)
+    bound = PldAccountant().compose(dp_pix_event(epsilon, releases)).get_epsilon(delta)
     return {"releases": releases, "epsilon_pure": releases * epsilon, "epsilon_at_delta": bound, "delta": delta,
             "direction": "upper bound (pure: basic composition, exact for n releases at delta 0; at delta: PLD)"}
 

@@ -22,17 +22,16 @@ from typing import List
 
 import numpy as np
 
-from metadp.accounting import ACCOUNTANTS, Gaussian, PldAccountant, PoissonSampled, UnsupportedEventError
-from metadp.core import events as ev
+from metadp.accounting import Gaussian, PldAccountant, PoissonSampled
+from metadp.mechanisms.dp_pix import dp_pix_event
 from metadp.mechanisms.gaussian import gaussian_pair
-from metadp.mechanisms.image import dp_pix, dp_pix_event
 from metadp.mechanisms.laplace import LaplacePair
 from metadp.plan import load_plan
 from metadp.report import format_lower
-from metadp.verify import pipelines as pl
 from metadp.verify.audit import audit
+from metadp.verify.claims import accountant_profile, tightest_accountant
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
-from metadp.verify.pipelines import poisson_pipeline
+from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
 from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
@@ -234,59 +233,25 @@ def _claim_and_samplers(args):
     claim_z = args.claim_noise if args.claim_noise is not None else args.noise
     steps = 1 if args.steps is None else args.steps
     pipeline = poisson_pipeline(args.rate, args.noise, steps)
-    accountant = PldAccountant().compose(PoissonSampled(args.rate, Gaussian(claim_z)), steps)
-
-    def profile(eps):
-        return np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
-
+    profile = accountant_profile(PldAccountant().compose(PoissonSampled(args.rate, Gaussian(claim_z)), steps))
     return (pipeline.sample_d, pipeline.sample_d_prime, profile,
             f"{pipeline.description}; claimed: PLD upper bound at noise {claim_z:g}", None)
 
 
 def _dp_pix_pipeline(args):
-    """DP-Pix on a neighbouring pair of images; the statistic is the released value of the changed cell.
-
-    D is a black image, D' the same with m pixel values set to 1 in one cell (all of them in one cell
-    is the worst case: the cell mean moves by m / s, its noise scale is m / (s eps), so the loss
-    reaches eps). The other cells are identical in law under D and D' and are left out. The release
-    is clipped to [0, 1], which keeps the half-lines {x < t}, 0 < t <= m / s, that attain the profile.
-    """
+    """DP-Pix on its worst-case pair of images (``dp_pix_pipeline``) against the PLD bound of the claim."""
     _require(args, "--epsilon", "--cell")
-    eps, b, m = args.epsilon, args.cell, 1 if args.m is None else args.m
-    claim = eps if args.claim_epsilon is None else args.claim_epsilon
-    if args.partial_cell:
-        if b < 2:
-            raise ValueError("--partial-cell needs --cell >= 2 (a 1-pixel grid has no partial cells)")
-        side, top = b // 2, b  # the corner cell: rows and columns b .. b + side - 1
-        size = b + side
-    else:
-        side, top, size = b, 0, 2 * b
+    b, m = args.cell, 1 if args.m is None else args.m
+    claim = args.epsilon if args.claim_epsilon is None else args.claim_epsilon
+    if args.partial_cell and b < 2:
+        raise ValueError("--partial-cell needs --cell >= 2 (a 1-pixel grid has no partial cells)")
+    side = b // 2 if args.partial_cell else b
     if not 1 <= m <= side * side:
         raise ValueError(f"--m must be in [1, {side * side}] (the pixels of one {side} x {side} cell), got {m}")
-    image = np.zeros((size, size))
-    neighbour = image.copy()
-    for i in range(m):
-        neighbour[top + i // side, top + i % side] = 1.0
-
-    def sampler(base):
-        def draw(k, rng):
-            out = np.empty(k)
-            for start in range(0, k, 1 << 16):  # bounded memory: 65,536 images per call
-                count = min(1 << 16, k - start)
-                batch = np.broadcast_to(base, (count,) + base.shape)
-                out[start:start + count] = dp_pix(batch, eps, b, m, rng=rng)[:, top, top]
-            return out
-        return draw
-
-    accountant = PldAccountant().compose(dp_pix_event(claim))
-
-    def profile(e):
-        return np.array([accountant.get_delta(float(x)) for x in np.atleast_1d(e)])
-
-    where = f"the {side}x{side} partial corner cell" if args.partial_cell else f"one {b}x{b} cell"
-    return (sampler(image), sampler(neighbour), profile,
-            f"DP-Pix, epsilon {eps:g}, cell {b}, m {m}: the released value of {where} of a {size}x{size} image, "
-            f"{m} pixel value(s) 0 -> 1; claimed: metadp's PLD bound for dp_pix_event({claim:g})",
+    pipe = dp_pix_pipeline(args.epsilon, b, m, partial_cell=bool(args.partial_cell))
+    profile = accountant_profile(PldAccountant().compose(dp_pix_event(claim)))
+    return (pipe.sample_d, pipe.sample_d_prime, profile,
+            f"{pipe.description}; claimed: metadp's PLD bound for dp_pix_event({claim:g})",
             ("epsilon 25% above the claim (Laplace scale 20% below)", LaplacePair(0.8 / claim)))
 
 
@@ -297,28 +262,16 @@ def _plan_pipeline(args):
     step, s = view.events[0], plan.sampling
     if len(view.events) > 1 or plan.noise.mechanism != "gaussian" or plan.unit == "group":
         raise ValueError("metadp verify plan covers Gaussian plans with one record type (not groups or uneven units)")
-    if isinstance(step, ev.PoissonSampled):
-        pipe = pl.poisson_pipeline(step.rate, step.inner.noise_multiplier, view.steps)
-    elif isinstance(step, ev.FixedSizeSampled):
-        pipe = pl.fixed_size_pipeline(step.batch, step.population, step.inner.noise_multiplier, view.steps)
-    elif isinstance(step, ev.EpisodicSampled):
-        pipe = pl.episodic_pipeline(step.episodes, step.unit_rate, step.within_rate, step.inner.noise_multiplier,
-                                    view.steps, shift=step.shift, reveal_unit=step.unit_rate < 1.0)
-    elif s.scheme == "shuffle":
-        pipe = pl.shuffle_pipeline(s.population, s.batch_size, plan.noise.multiplier, view.steps, background=-1.0)
-    else:
-        raise ValueError(f"metadp verify plan: no pipeline for sampling.scheme = '{s.scheme}' yet")
-    for name in ("pld", "rdp"):  # the tightest accountant that reads the step
-        try:
-            accountant = ACCOUNTANTS[name](relation=view.relation).compose(step, view.steps)
-            break
-        except UnsupportedEventError:
-            continue
-    else:
-        raise ValueError(f"metadp verify plan: no accountant can analyse {step.describe()}")
-
-    def profile(eps):
-        return np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
+    shuffle = (s.population, s.batch_size) if s.scheme == "shuffle" else None
+    try:
+        pipe = pipeline_for(step, view.steps, shuffle=shuffle)
+    except NoPipelineError:
+        raise ValueError(f"metadp verify plan: no pipeline for sampling.scheme = '{s.scheme}' yet") from None
+    try:
+        accountant = tightest_accountant(step, view.steps, relation=view.relation)
+    except ValueError as err:
+        raise ValueError(f"metadp verify plan: {err}") from None
+    profile = accountant_profile(accountant)
 
     return (pipe.sample_d, pipe.sample_d_prime, profile,
             f"{plan.name}: {pipe.description}; claimed: metadp's {accountant.name.upper()} bound for the plan's "

@@ -27,7 +27,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from metadp.verify.references import (
+from oracles.references import (
     ref_gaussian_rdp,
     ref_laplace_rdp,
     ref_poisson_gaussian_rdp,

@@ -83,7 +83,7 @@ def dp_curve(event, relation=ADD_REMOVE):
 
 
 # ---------------------------------------------------------------------------------------------
-# Light mpmath oracles (the full 60-digit references live in metadp.verify.references).
+# Light mpmath oracles (the full 60-digit references live in tests/oracles/references.py).
 
 
 def mp_poisson_binomial_rdp(q, z, alpha: int, dps=50):

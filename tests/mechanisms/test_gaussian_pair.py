@@ -33,7 +33,7 @@ from scipy import special, stats
 
 from metadp.core.rdp import poisson_gaussian_rdp
 from metadp.mechanisms import GaussianMixturePair, gaussian_pair, mixture_rdp, poisson_gaussian_pairs
-from mp_reference import MpGaussianMixture, rel_error
+from oracles.mp_reference import MpGaussianMixture, rel_error
 from _grid import cover, product
 
 EPS = np.finfo(float).eps

@@ -21,7 +21,7 @@ from scipy import stats
 
 from metadp.mechanisms import LaplacePair, laplace_pairs
 from metadp.mechanisms.base import DominatingPair
-from mp_reference import DPS, MpLaplace, rel_error
+from oracles.mp_reference import DPS, MpLaplace, rel_error
 
 RTOL = 1e-10
 EXACT_SCALES = [2.0**-4, 0.25, 1.0, 4.0, 1024.0]  # eps0 = 16, 4, 1, 1/4, 1/1024: exact atoms

@@ -20,7 +20,7 @@ from scipy import stats
 
 from metadp.mechanisms import RandomizedResponsePair, randomized_response, randomized_response_pairs
 from metadp.mechanisms.base import DominatingPair
-from mp_reference import DPS, MpRandomizedResponse, rel_error
+from oracles.mp_reference import DPS, MpRandomizedResponse, rel_error
 
 RTOL = 1e-10
 PROBABILITIES = [0.5, 0.5 + 2.0**-40, 0.51, 0.75, 0.9, 1 - 2.0**-30]

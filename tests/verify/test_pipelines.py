@@ -19,13 +19,17 @@ from metadp.amplification.one_pass import _allocation_losses
 from metadp.mechanisms.episodic import episodic_record_pairs, hidden_binomial_pairs
 from metadp.mechanisms.gaussian import GaussianMixturePair, poisson_gaussian_pairs
 from metadp.mechanisms.laplace import LaplacePair
-from metadp.verify import pipelines
+from metadp.core import events as ev
+from metadp.verify import runs, sampled
 from metadp.verify.fidelity import episodic_multiplicity_test
 from metadp.verify.pipelines import (
+    NoPipelineError,
     Pipeline,
     balls_in_bins_pipeline,
     episodic_pipeline,
+    dp_pix_pipeline,
     fixed_size_pipeline,
+    pipeline_for,
     poisson_pipeline,
     shuffle_pipeline,
 )
@@ -98,7 +102,7 @@ def test_statistic_is_the_sum_of_the_claimed_pairs_log_ratios():
 
 
 def test_chunks_cover_every_run(monkeypatch):
-    monkeypatch.setattr(pipelines, "_CHUNK", 7)  # 2 runs of 3 steps per chunk
+    monkeypatch.setattr(runs, "_CHUNK", 7)  # 2 runs of 3 steps per chunk
     pipe = poisson_pipeline(0.5, 1.0, 3)
     rng = np.random.default_rng(0)
     assert pipe.sample_d(5, rng).shape == (5,)
@@ -184,7 +188,7 @@ def test_revealed_loss_matches_the_binomial_mixture_formula():
     x = rng.normal(0, 3, size=(30, 7))
     j = rng.integers(0, L + 1, size=(30, 7))
     assert j.max() >= len(mixture.components)  # some counts lie past the mixture's truncation
-    got = pipelines._revealed_loss(mixture, r, shift, x, j)
+    got = sampled._revealed_loss(mixture, r, shift, x, j)
     expected = np.empty_like(x)
     for idx in np.ndindex(x.shape):
         ks = np.arange(j[idx] + 1)
@@ -295,3 +299,45 @@ def test_a_thousand_steps_of_a_hundred_thousand_runs_take_seconds():
     start = time.perf_counter()
     pipe.sample_d(100_000, np.random.default_rng(0))
     assert time.perf_counter() - start < 60.0
+
+
+# -- pipeline_for: the pipeline of an accountant event ------------------------------------------
+
+
+@pytest.mark.parametrize("event, steps, shuffle, builder", [
+    (ev.PoissonSampled(0.25, ev.Gaussian(2.0)), 3, None, lambda: poisson_pipeline(0.25, 2.0, 3)),
+    (ev.FixedSizeSampled(4, 40, ev.Gaussian(1.5)), 2, None, lambda: fixed_size_pipeline(4, 40, 1.5, 2)),
+    (ev.EpisodicSampled(3, 0.5, 0.25, ev.Gaussian(1.0), shift=1.0), 2, None,
+     lambda: episodic_pipeline(3, 0.5, 0.25, 1.0, 2, shift=1.0, reveal_unit=True)),
+    (ev.EpisodicSampled(3, 1.0, 0.25, ev.Gaussian(1.0)), 2, None,
+     lambda: episodic_pipeline(3, 1.0, 0.25, 1.0, 2, reveal_unit=False)),
+    (ev.Gaussian(0.8), 2, (12, 4), lambda: shuffle_pipeline(12, 4, 0.8, 2, background=-1.0)),
+])
+def test_pipeline_for_dispatches_on_the_event(event, steps, shuffle, builder):
+    got, expected = pipeline_for(event, steps, shuffle=shuffle), builder()
+    assert isinstance(got, Pipeline)
+    assert (got.description, got.steps, got.relation) == (expected.description, expected.steps, expected.relation)
+    x, y = got.sample_d(200, np.random.default_rng(1)), expected.sample_d(200, np.random.default_rng(1))
+    np.testing.assert_array_equal(x, y)  # the same sampler and statistic
+
+
+@pytest.mark.parametrize("event, shuffle, needle", [
+    (ev.Gaussian(1.0), None, "shuffle"),  # a Gaussian step is a pipeline only as a pass of a shuffle
+    (ev.Laplace(1.0), None, "no pipeline for Laplace"),
+    (ev.PoissonSampled(0.5, ev.Laplace(1.0)), None, "must be Gaussian"),
+    (ev.FixedSizeSampled(4, 40, ev.Gaussian(1.0), sensitivity_factor=1.0), None, "sensitivity factor 2"),
+    (ev.SelfComposed(ev.Gaussian(1.0), 3), None, "no audit pipeline"),
+])
+def test_pipeline_for_refuses_events_no_pipeline_realises(event, shuffle, needle):
+    with pytest.raises(NoPipelineError, match=needle):
+        pipeline_for(event, 2, shuffle=shuffle)
+
+
+def test_dp_pix_pipeline_releases_the_changed_cell():
+    pipe = dp_pix_pipeline(40.0, 2, 3)  # scale 3 / (4 * 40): the cell value 0 under D, 3/4 under D'
+    d, d_prime = pipe.sample_d(4000, np.random.default_rng(0)), pipe.sample_d_prime(4000, np.random.default_rng(1))
+    assert pipe.steps == 1 and d.min() >= 0 and d_prime.max() <= 1
+    assert abs(np.median(d_prime) - 0.75) < 0.01 and np.mean(d == 0) > 0.45  # clipped at 0 about half the time
+    with pytest.raises(ValueError, match="m must be in"):
+        dp_pix_pipeline(1.0, 2, 5)
+

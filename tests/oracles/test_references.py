@@ -1,6 +1,6 @@
 """The mpmath references agree with each other, with closed forms and with quadrature.
 
-These tests check the oracles themselves (metadp/verify/references.py), before any fast
+These tests check the oracles themselves (tests/oracles/references.py), before any fast
 code is compared with them. Tolerances are far below float64 resolution because the
 references work at 60+ digits; each one says what it compares.
 """
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadp.verify.references import (
+from oracles.references import (
     ref_gaussian_rdp,
     ref_laplace_rdp,
     ref_poisson_gaussian_log_a,
