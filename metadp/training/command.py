@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from metadp.report import format_upper
-from metadp.training import data, evaluate, models, run_folder, tasks
+from metadp.training import algorithms, data, evaluate, models, run_folder, tasks
 from metadp.training.arguments import check_device, check_train_args
 from metadp.training.parser import CLI_OBFUSCATIONS
 from metadp.training.protonet import (HELD_OUT_ALPHABETS, ProtoConfig, evaluate_protonet, privacy_report,
@@ -174,7 +174,7 @@ def _check_inputs(args) -> None:
     if args.data == "omniglot":
         try:
             folder = data.data_dir(args.data_dir)
-            data.check_omniglot_folder(folder, one_shot=args.algorithm != "protonet")
+            data.check_omniglot_folder(folder, one_shot=algorithms.get(args.algorithm).meta_loop)
         except (FileNotFoundError, ValueError) as err:  # the data folder is an input: refused like a bad flag
             raise ValueError(f"--data omniglot: {err}") from None
         args.data_dir = folder
@@ -196,13 +196,14 @@ def _stored_noise(args, private: bool):
 
 def run_train(args) -> None:
     _check_inputs(args)
-    if args.algorithm == "protonet":
+    alg = algorithms.get(args.algorithm)
+    if not alg.meta_loop:
         return _run_protonet(args)
 
-    private = args.algorithm.startswith("dp-")
+    private = alg.private
     model, pool, loss_fn, inner_lr = _setup(args)
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
-    outer_lr = args.outer_lr if args.outer_lr is not None else (1.0 if "reptile" in args.algorithm else 1e-3)
+    outer_lr = args.outer_lr if args.outer_lr is not None else alg.default_outer_lr
     epsilon = args.epsilon if args.epsilon is not None else math.inf
     noise = args.noise if args.noise is not None else 1.0
     stored = _stored_noise(args, private)

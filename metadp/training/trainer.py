@@ -66,29 +66,27 @@ from metadp.core import events as ev
 from metadp.accounting.calibration import calibrate_noise, max_steps
 from metadp.report import format_upper
 from metadp.training import functional as F
-from metadp.training import private_steps as P
 from metadp.training import run_folder
 from metadp.training.budget import budget_schedule
 from metadp.training.clipping import POLICIES, ClipPolicy
 from metadp.accounting.ledger import Ledger
-from metadp.training.privacy import (ALGORITHMS, CENTRAL_TASK_CLIP, PRIVATE_ALGORITHMS, SamplingPlan, default_unit, views)
+from metadp.training import algorithms
+from metadp.training.algorithms import Algorithm
+from metadp.training.contributions import resolve as contribution_of
+from metadp.training.privacy import SamplingPlan
 from metadp.training.samplers import BallsInBinsSampler, FixedSizeSampler, PoissonSampler
 
 __all__ = ["TrainConfig", "TrainResult", "train", "calibrate", "run_views", "ALGORITHMS", "SAMPLERS", "ResumeWarning",
            "TrainingInterrupted"]
 
+ALGORITHMS = algorithms.names(meta_loop=True)  # those registered with metadp at import (the registry may grow)
 SAMPLERS = ("poisson", "fixed", "one-pass")
 UNITS = ("task", "record", "record-vs-server")  # privacy.View keys
-_INNER_DP = ("dp-maml-sample", "dp-agrlr", "dp-reptile")  # per-example DP inside each task
-_REPTILE = ("reptile", "dp-reptile")
-# MAML's meta-gradient is defined with no inner step (plain multi-task training); Reptile's update and the
-# inner-loop DP views (sqrt(S) / z_in per visit) need at least one
-_ZERO_INNER_STEPS_OK = ("maml", "dp-maml", "dp-agr")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    algorithm: str = "dp-maml"  # one of ALGORITHMS (module docstring)
+    algorithm: str = "dp-maml"  # a registered meta-learning algorithm (metadp.training.algorithms)
     unit: Optional[str] = None  # the view whose budget stops the run: one of UNITS (None: the algorithm's default)
     sampler: Optional[str] = None  # "poisson", "fixed" or "one-pass" (None: one pass for dp-agr*, dp-reptile)
     steps: int = 1000  # steps asked for; a DP run stops earlier if the budget says so
@@ -115,11 +113,12 @@ class TrainConfig:
     chunk_size: Optional[int] = None  # tasks per vmap chunk (memory bound; same result)
 
     def __post_init__(self):
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if not algorithms.get(self.algorithm).meta_loop:
+            raise ValueError(f"algorithm must be one of {algorithms.names(meta_loop=True)}, got {self.algorithm!r}")
+        alg = self.family
         check_count("steps", self.steps, minimum=1)
         check_positive("meta_batch", self.meta_batch)
-        check_count("inner_steps", self.inner_steps, minimum=0 if self.algorithm in _ZERO_INNER_STEPS_OK else 1)
+        check_count("inner_steps", self.inner_steps, minimum=alg.min_inner_steps)
         check_positive("inner_lr", self.inner_lr)
         check_positive("outer_lr", self.outer_lr)
         check_positive("clip", self.clip, allow_inf=True)
@@ -142,9 +141,10 @@ class TrainConfig:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.unit is not None and self.unit not in UNITS:
             raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
-        if self.unit == "record-vs-server" and self.algorithm != "dp-agrlr":
+        if self.unit == "record-vs-server" and "record-vs-server" not in alg.units:
+            owners = ", ".join(a.name for a in algorithms.REGISTRY.values() if "record-vs-server" in a.units)
             raise ValueError("unit 'record-vs-server' (the record against the server that sees each client's "
-                             "update) exists for dp-agrlr only")
+                             f"update) exists for {owners} only")
         if self.clip_policy not in POLICIES:
             raise ValueError(f"clip_policy must be one of {POLICIES}, got {self.clip_policy!r}")
         if self.clip_mode not in F.CLIP_MODES:
@@ -159,8 +159,9 @@ class TrainConfig:
         for name, c, z in (("clip", self.clip, self.noise_multiplier), ("inner_clip", self.inner_clip, self.inner_noise)):
             if math.isinf(c) and z > 0:
                 raise ValueError(f"{name} = inf (no clipping) has unbounded sensitivity: noise cannot be calibrated to it")
-        if self.clip_policy != "fixed" and self.algorithm not in CENTRAL_TASK_CLIP:
-            raise ValueError(f"clip_policy {self.clip_policy!r} adapts the per-task clip of {CENTRAL_TASK_CLIP}; "
+        if self.clip_policy != "fixed" and not alg.central_clip:
+            raise ValueError(f"clip_policy {self.clip_policy!r} adapts the per-task clip of "
+                             f"{algorithms.names(central_clip=True)}; "
                              f"{self.algorithm} clips per example with fixed thresholds")
         if self.clip_policy == "raw-percentile" and math.isfinite(self.epsilon):
             raise ValueError("clip_policy 'raw-percentile' (dp-maml.txt Sec. 5.2.1) computes thresholds from raw "
@@ -172,16 +173,18 @@ class TrainConfig:
                              "raise --count-noise (default: meta-batch / 20)")
 
     @property
+    def family(self) -> Algorithm:
+        """The registered algorithm (``metadp.training.algorithms``)."""
+        return algorithms.get(self.algorithm)
+
+    @property
     def private(self) -> bool:
-        return self.algorithm in PRIVATE_ALGORITHMS
+        return self.family.private
 
     @property
     def bounded(self) -> bool:
         """Every release this algorithm makes has positive noise on a finite clip."""
-        central = self.algorithm != "dp-reptile"
-        inner = self.algorithm in _INNER_DP
-        return ((not central or (self.noise_multiplier > 0 and math.isfinite(self.clip)))
-                and (not inner or (self.inner_noise > 0 and math.isfinite(self.inner_clip))))
+        return self.family.bounded(self)
 
     @property
     def quantile_count_noise(self) -> float:
@@ -191,11 +194,11 @@ class TrainConfig:
     def sampling(self) -> str:
         if self.sampler is not None:
             return self.sampler
-        return "one-pass" if self.algorithm in ("dp-agr", "dp-agrlr", "dp-reptile") else "poisson"
+        return self.family.default_sampler
 
     @property
     def budget_unit(self) -> str:
-        return self.unit or default_unit(self.algorithm)
+        return self.unit or self.family.default_unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +283,7 @@ def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Opti
     if not c.private:
         return plan, ()
     k = multiplicity if multiplicity is not None else pool.record_multiplicity()
-    found = views(c.algorithm, plan, noise=c.noise_multiplier if c.noise_multiplier > 0 else 1.0,
+    found = algorithms.views(c.algorithm, plan, noise=c.noise_multiplier if c.noise_multiplier > 0 else 1.0,
                   inner_noise=c.inner_noise if c.inner_noise > 0 else 1.0, inner_steps=c.inner_steps,
                   query_per_task=pool.query_per_task, record_multiplicity=k,
                   first_order=c.first_order, private_clipping=private_clipping)
@@ -304,14 +307,11 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
         raise ValueError("calibration needs a private algorithm and a finite epsilon")
     _, plan, _ = _sampling(pool, c)
     key = c.budget_unit
-    sets_inner = c.algorithm == "dp-reptile" or key == "record-vs-server"
-    both = c.algorithm == "dp-maml-sample" and key == "record"
+    fields = c.family.calibrated_noise(key)
 
     def configured(z: float, base: TrainConfig = dataclasses.replace(c, clip_policy="fixed")) -> TrainConfig:
         # the views do not depend on the clip policy (the quantile policy keeps the accounted z)
-        if both:
-            return dataclasses.replace(base, noise_multiplier=z, inner_noise=z)
-        return dataclasses.replace(base, inner_noise=z) if sets_inner else dataclasses.replace(base, noise_multiplier=z)
+        return dataclasses.replace(base, **{name: z for name in fields})
 
     k = pool.record_multiplicity()
     view = next(v for v in run_views(pool, c, plan=plan, multiplicity=k)[1] if v.key == key)
@@ -528,40 +528,6 @@ class _Run:
             ledger.close()
 
 
-def _per_task(model, params, pool, rows, loss_fn, c: TrainConfig, run: _Run):
-    """Each sampled task's contribution (name -> [B, ...]) and its loss [B], before the central clip."""
-    detached = {k: v.detach() for k, v in params.items()}
-    inner_std = c.inner_noise * c.inner_clip if c.inner_noise > 0 else 0.0  # z_in = 0 with C_in = inf: no noise
-    S = c.inner_steps
-    if c.algorithm in _REPTILE:
-        batch = pool.joint_batch(rows)
-        if c.algorithm == "reptile":
-            updates = F.reptile_task_update(model, detached, batch, loss_fn, S, c.inner_lr, c.chunk_size)
-            losses = torch.func.vmap(lambda x, y: F._loss(model, loss_fn, detached, x, y))(*batch)
-            return updates, losses
-        noise = P.draw_inner_noise(detached, rows.numel(), S, run.noise_gen)
-        return P.dp_reptile_updates(model, detached, batch, loss_fn, S, c.inner_lr, c.inner_clip,
-                                    inner_std, noise, c.chunk_size)
-    batch = pool.batch(rows)
-    if c.algorithm in ("maml", "dp-maml", "dp-agr"):
-        return F.per_task_meta_grads_and_losses(model, detached, batch, loss_fn, S, c.inner_lr, c.first_order,
-                                                c.chunk_size)
-    # dp-maml-sample, dp-agrlr: DP inner loop, per-example query gradients clipped, summed per task
-    noise = P.draw_inner_noise(detached, rows.numel(), S, run.noise_gen)
-    grads, losses = P.per_example_query_grads(model, detached, batch, loss_fn, S, c.inner_lr, c.inner_clip,
-                                              inner_std, noise, c.first_order, c.chunk_size)
-    outer_clip = c.clip if c.algorithm == "dp-maml-sample" else c.inner_clip
-    if math.isfinite(outer_clip):
-        grads, _ = F.clip(grads, outer_clip, c.clip_mode, batch_dims=2)
-    sums = P.task_sums(grads)
-    if c.algorithm == "dp-agrlr":  # the client's local noise on its query sum, then its mean (Alg. 3, line 13)
-        m = float(batch[2].shape[1])
-        std = inner_std
-        sums = {k: (g + std * torch.randn(g.shape, generator=run.noise_gen, dtype=g.dtype, device=g.device)) / m
-                if std > 0 else g / m for k, g in sums.items()}
-    return sums, losses
-
-
 class ResumeWarning(UserWarning):
     """A resumed run goes on in a way the user should know about (a lost checkpoint: restart from step 0)."""
 
@@ -650,8 +616,9 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
 
 def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, progress, resume) -> TrainResult:
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
-    optimizer = (torch.optim.SGD(params.values(), lr=c.outer_lr) if c.algorithm in _REPTILE
-                 else torch.optim.Adam(params.values(), lr=c.outer_lr))
+    alg = c.family
+    contribution = contribution_of(alg)
+    optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
     done, losses = 0, []
     if resume and (out / "checkpoint.pt").exists():
         state = torch.load(out / "checkpoint.pt", weights_only=False)
@@ -661,11 +628,11 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
         optimizer.load_state_dict(state["optimizer"])
         run.load(state["run"])
         done, losses = state["step"], list(state["losses"])
-    central = c.private and c.algorithm in CENTRAL_TASK_CLIP  # per-task clip, then noise on the sum
+    central = c.private and alg.central_clip  # per-task clip, then noise on the sum
     quantile = c.clip_policy == "quantile" and central and c.bounded
     z_sum = sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if quantile else c.noise_multiplier
-    scale = run.expected * (pool.query_per_task if c.algorithm == "dp-maml-sample" else 1)
-    sign = -1.0 if c.algorithm in _REPTILE else 1.0  # Reptile moves towards the adapted parameters
+    scale = alg.update_scale(run.expected, pool.query_per_task)
+    sign = alg.update_sign  # Reptile moves towards the adapted parameters
     saved = done
     ledger_passes = lambda: len(run.primary_ledger.entries) if run.primary_ledger is not None else 0  # noqa: E731
     try:
@@ -685,16 +652,15 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
                 added = top - run.max_visits
                 if run.visits_on_record() + added > run.visit_cap:  # a record would pass the budget: stop first
                     break
-            contributions, task_losses = _per_task(model, params, pool, rows, loss_fn, c, run)
+            detached = {k: v.detach() for k, v in params.items()}
+            contributions, task_losses = contribution(alg, model, detached, pool, rows, loss_fn, c, run.noise_gen)
             threshold = run.policy.threshold
             norms = None
             if central and math.isfinite(threshold) and c.bounded:
                 contributions, norms = F.clip(contributions, threshold, c.clip_mode)
-            elif c.algorithm == "dp-maml" and c.clip_policy == "raw-percentile":
+            elif central and c.clip_policy == "raw-percentile":
                 norms = F.flat_norms(contributions)
-            std = z_sum * threshold if central and c.bounded else 0.0
-            if c.algorithm == "dp-maml-sample":  # clipped per example (in _per_task); the noise is z C on the sum
-                std = c.noise_multiplier * c.clip if c.bounded else 0.0
+            std = alg.release_std(c, threshold, z_sum)
             total = F.noisy_sum(contributions, weights, std, generator=run.noise_gen)
             count = None
             if quantile:
@@ -738,6 +704,9 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     with torch.no_grad():
         final = {k: v.detach().clone() for k, v in params.items()}
     return TrainResult(final, run.releases(done), run.last_step, epsilon, tuple(losses), report)
+
+
+_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
 def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:
