@@ -16,7 +16,7 @@ from metadp.training.budget import BudgetSchedule, budget_schedule, noise_for_bu
 from metadp.accounting.ledger import Ledger, LedgerCorruptError, LedgerError, LedgerRecord, TornLedgerError
 
 _LAZY = {
-    "data": ("ImagePool", "OneShotRun", "SinusoidTasks", "data_dir", "load_image_folder", "load_mini_imagenet_csv",
+    "data": ("ImagePool", "OneShotRun", "data_dir", "load_image_folder", "load_mini_imagenet_csv",
              "load_omniglot_background", "load_one_shot_runs", "synthetic_glyphs"),
     "samplers": ("PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes"),
     "models": ("Conv4", "MLP", "BatchStatNorm2d"),

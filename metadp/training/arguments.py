@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from metadp.training import algorithms
+from metadp.training import algorithms, datasets
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
 
@@ -112,12 +112,14 @@ def check_train_args(args) -> None:
     """
     algorithm, protonet = args.algorithm, not algorithms.get(args.algorithm).meta_loop
     _check_numbers(args)
-    if args.data_dir is not None and args.data != "omniglot":
-        raise ValueError(f"--data-dir applies to --data omniglot, not --data {args.data}; drop it")
-    if args.rotations and args.data != "omniglot":
-        raise ValueError(f"--rotations applies to --data omniglot, not --data {args.data}; drop it")
-    if args.norm is not None and args.data == "sinusoid":
-        raise ValueError("--norm applies to image data (--data glyphs or omniglot); sinusoid uses an MLP: drop it")
+    dataset, local = datasets.get(args.data), " or ".join(datasets.names(local_folder=True))
+    if args.data_dir is not None and not dataset.local_folder:
+        raise ValueError(f"--data-dir applies to --data {local}, not --data {args.data}; drop it")
+    if args.rotations and not dataset.local_folder:
+        raise ValueError(f"--rotations applies to --data {local}, not --data {args.data}; drop it")
+    if args.norm is not None and not dataset.images:
+        raise ValueError(f"--norm applies to image data (--data {' or '.join(datasets.names(images=True))}); "
+                         f"{args.data} uses an MLP: drop it")
     if protonet:
         _check_protonet(args)
     else:
@@ -217,8 +219,9 @@ def _check_protonet(args) -> None:
         raise ValueError(f"{', '.join(ignored)} do not apply to protonet (it reads --data, --obfuscation and its "
                          "options, --epsilon and --delta with dp-pix, --steps, --outer-lr, --seed, --device, --norm, "
                          "--rotations, --eval-tasks, --out); drop them")
-    if args.data == "sinusoid":
-        raise ValueError("--data sinusoid: protonet classifies images; use --data glyphs or --data omniglot")
+    if not datasets.get(args.data).images:
+        raise ValueError(f"--data {args.data}: protonet classifies images; use "
+                         f"{' or '.join('--data ' + n for n in datasets.names(images=True))}")
     obfuscation = args.obfuscation or "none"
     reads = {"none": (), "dp-pix": ("epsilon", "cell", "m", "delta"), "pixelize": ("cell",),
              "blur": ("radius", "sigma"), "gaussian": ("sigma",)}[obfuscation]

@@ -4,7 +4,7 @@ is ``metadp.training.command`` (torch)."""
 
 from __future__ import annotations
 
-from metadp.training import algorithms
+from metadp.training import algorithms, datasets
 from metadp.training.clipping import POLICIES
 
 __all__ = ["add_train_parser", "CLI_OBFUSCATIONS"]
@@ -24,7 +24,8 @@ def add_train_parser(sub, number, formatter) -> None:
                        "(needs torch)", epilog=_EXAMPLES, formatter_class=formatter)
     t.add_argument("algorithm", choices=tuple(algorithms.REGISTRY),
                    help="; ".join(f"{a.name}: {a.description}" for a in algorithms.REGISTRY.values()))
-    t.add_argument("--data", choices=("sinusoid", "glyphs", "omniglot"), default="sinusoid")
+    t.add_argument("--data", choices=tuple(datasets.REGISTRY), default=next(iter(datasets.REGISTRY)),
+                   help="; ".join(f"{d.name}: {d.description}" for d in datasets.REGISTRY.values()))
     t.add_argument("--data-dir", metavar="DIR",
                    help="--data omniglot: the folder holding images_background_small1.zip, "
                         "images_background_small2.zip and one_shot_runs.zip. Searched in order: --data-dir, "
