@@ -1,10 +1,13 @@
 """Private meta-learning trainers (torch, the ``train`` extra; DESIGN.md sec. 7).
 
-Modules: ``data`` (sinusoid, Omniglot from the shipped zips, synthetic glyphs, folder loaders),
-``tasks`` (fixed task pools), ``samplers`` (samplers that record their privacy events), ``models``
-(Conv-4 with batch statistics or group norm, the sinusoid MLP), ``functional`` (torch.func per-task
-and per-example gradients, clipping, noisy sums), ``budget`` (the schedule before step 1), ``ledger``
-(the append-only privacy ledger) and ``trainer`` (MAML and task-level DP-MAML).
+Modules: ``algorithms`` (the registry of algorithm families: contribution, noise, update, views),
+``datasets`` (the registry of data sets; their builders in ``data_setups``), ``data`` (``images``:
+pools, synthetic glyphs, folder loaders; ``omniglot``: the shipped zips), ``tasks`` (fixed task
+pools), ``samplers`` (samplers that record their privacy events), ``models`` (Conv-4 with batch
+statistics or group norm, the sinusoid MLP), ``functional`` and ``private_steps`` (torch.func per-task
+and per-example gradients, clipping, noisy sums), ``contributions`` (each family's per-task step),
+``privacy`` (the views' events), ``budget`` (the schedule before step 1), ``config`` (``TrainConfig``),
+``run_state`` (sampling, views, ledgers, calibration), ``trainer`` (the loop) and ``protonet``.
 
 ``budget`` and ``ledger`` need no torch; the rest is imported on first use, so ``import
 metadp.training`` works without torch.

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 from metadp.core import events as ev
 from metadp.training.privacy import REFS, SamplingPlan, View, _central, _central_record
+from metadp.training.registry import Registry
 
 __all__ = ["Algorithm", "MetaGradient", "SampleLevel", "Reptile", "Prototypical", "REGISTRY", "register", "get",
            "names", "views"]
@@ -262,32 +263,18 @@ class Prototypical(Algorithm):
     meta_loop: bool = False
 
 
-REGISTRY: Dict[str, Algorithm] = {}
-
-
-def register(algorithm: Algorithm) -> Algorithm:
-    """Adds ``algorithm`` to the registry (a name may be registered once) and returns it."""
-    if not isinstance(algorithm, Algorithm):
-        raise TypeError(f"register takes an Algorithm, got {type(algorithm).__name__}")
-    if algorithm.name in REGISTRY:
-        raise ValueError(f"algorithm {algorithm.name!r} is already registered")
-    REGISTRY[algorithm.name] = algorithm
-    return algorithm
+REGISTRY = Registry("algorithm", Algorithm)
+register = REGISTRY.register
 
 
 def get(name: str) -> Algorithm:
     """The registered algorithm ``name``; ValueError naming the registered ones otherwise."""
-    try:
-        return REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"algorithm must be one of {names(meta_loop=True)}, got {name!r}") from None
+    return REGISTRY.lookup(name, names(meta_loop=True))
 
 
 def names(*, meta_loop: Optional[bool] = None, **where) -> Tuple[str, ...]:
     """Registered names, in order, whose fields (or properties) equal ``where`` (and ``meta_loop``)."""
-    if meta_loop is not None:
-        where["meta_loop"] = meta_loop
-    return tuple(n for n, a in REGISTRY.items() if all(getattr(a, k) == v for k, v in where.items()))
+    return REGISTRY.names(**where) if meta_loop is None else REGISTRY.names(meta_loop=meta_loop, **where)
 
 
 def views(algorithm: str, plan: SamplingPlan, *, noise: float, inner_noise: float = math.inf, inner_steps: int = 1,

@@ -11,7 +11,9 @@ registry without it. Adding a data set: its functions in ``data_setups`` and one
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import Optional
+
+from metadp.training.registry import Registry
 
 __all__ = ["DataSet", "REGISTRY", "register", "get", "names"]
 
@@ -30,27 +32,8 @@ class DataSet:
     check: Optional[str] = None
 
 
-REGISTRY: Dict[str, DataSet] = {}
-
-
-def register(dataset: DataSet) -> DataSet:
-    """Adds ``dataset`` to the registry (a name may be registered once) and returns it."""
-    if dataset.name in REGISTRY:
-        raise ValueError(f"data set {dataset.name!r} is already registered")
-    REGISTRY[dataset.name] = dataset
-    return dataset
-
-
-def get(name: str) -> DataSet:
-    try:
-        return REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"data set must be one of {names()}, got {name!r}") from None
-
-
-def names(**where) -> Tuple[str, ...]:
-    """Registered names, in order, whose fields equal ``where``."""
-    return tuple(n for n, d in REGISTRY.items() if all(getattr(d, k) == v for k, v in where.items()))
+REGISTRY = Registry("data set", DataSet)
+register, get, names = REGISTRY.register, REGISTRY.lookup, REGISTRY.names
 
 
 register(DataSet("sinusoid", "sinusoid regression (Finn et al. 2017), generated", images=False, local_folder=False,

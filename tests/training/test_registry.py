@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metadp.training import algorithms  # noqa: E402
+from metadp.training import algorithms, datasets  # noqa: E402
 from metadp.training.algorithms import MetaGradient, register  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
 from metadp.training.parser import add_train_parser  # noqa: E402
@@ -98,13 +98,28 @@ def test_flags_and_views_read_the_registry(registered):
         algorithms.get("nope")
 
 
-def test_no_training_module_tests_an_algorithm_name():
-    """Only the registry names algorithms: a name as a string literal elsewhere (but a docstring or a
-    field's default) is a test on it."""
-    names = set(algorithms.REGISTRY)
+def test_a_registered_data_set_is_a_choice_of_data(registered):
+    toy = datasets.register(dataclasses.replace(datasets.get("glyphs"), name="toy-glyphs"))
+    try:
+        parser = argparse.ArgumentParser()
+        add_train_parser(parser.add_subparsers(dest="command"), lambda flag, kind: kind, argparse.HelpFormatter)
+        assert parser.parse_args(["train", "maml", "--data", "toy-glyphs"]).data == "toy-glyphs"
+        assert "toy-glyphs" in datasets.names(images=True)
+    finally:
+        datasets.REGISTRY.pop(toy.name)
+    with pytest.raises(ValueError, match="data set must be one of .*'sinusoid'.*got 'nope'"):
+        datasets.get("nope")
+
+
+@pytest.mark.parametrize("registry, own", [(algorithms.REGISTRY, ("algorithms.py",)),
+                                           (datasets.REGISTRY, ("datasets.py", "omniglot.py"))])
+def test_no_training_module_tests_a_registered_name(registry, own):
+    """Only a registry names its entries (omniglot.py names its folder): a name as a string literal
+    elsewhere (but a docstring or a field's default) is a test on it."""
+    names = set(registry)
     found = []
     for path in sorted((ROOT / "metadp" / "training").glob("*.py")):
-        if path.name == "algorithms.py":
+        if path.name in own:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docstrings = {id(n.body[0].value) for n in ast.walk(tree)
@@ -122,7 +137,7 @@ def test_the_registry_and_the_train_flags_import_without_torch():
              "    def find_spec(self, name, path=None, target=None):\n"
              "        if name.split('.')[0] == 'torch': raise ImportError('no torch')\n"
              "sys.meta_path.insert(0, NoTorch())\n"
-             "import metadp.training.algorithms, metadp.training.parser, metadp.cli\n"
+             "import metadp.training.algorithms, metadp.training.datasets, metadp.training.parser, metadp.cli\n"
              "assert 'torch' not in sys.modules\n"
              "print(len(metadp.training.algorithms.REGISTRY))\n")
     out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, cwd=ROOT, timeout=120)
