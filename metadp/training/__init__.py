@@ -1,10 +1,13 @@
 """Private meta-learning trainers (torch, the ``train`` extra; DESIGN.md sec. 7).
 
-Modules: ``data`` (sinusoid, Omniglot from the shipped zips, synthetic glyphs, folder loaders),
-``tasks`` (fixed task pools), ``samplers`` (samplers that record their privacy events), ``models``
-(Conv-4 with batch statistics or group norm, the sinusoid MLP), ``functional`` (torch.func per-task
-and per-example gradients, clipping, noisy sums), ``budget`` (the schedule before step 1), ``ledger``
-(the append-only privacy ledger) and ``trainer`` (MAML and task-level DP-MAML).
+Modules: ``algorithms`` (the registry of algorithm families: contribution, noise, update, views),
+``datasets`` (the registry of data sets; their builders in ``data_setups``), ``data`` (``images``:
+pools, synthetic glyphs, folder loaders; ``omniglot``: the shipped zips), ``tasks`` (fixed task
+pools), ``samplers`` (samplers that record their privacy events), ``models`` (Conv-4 with batch
+statistics or group norm, the sinusoid MLP), ``functional`` and ``private_steps`` (torch.func per-task
+and per-example gradients, clipping, noisy sums), ``contributions`` (each family's per-task step),
+``privacy`` (the views' events), ``budget`` (the schedule before step 1), ``config`` (``TrainConfig``),
+``run_state`` (sampling, views, ledgers, calibration), ``trainer`` (the loop) and ``protonet``.
 
 ``budget`` and ``ledger`` need no torch; the rest is imported on first use, so ``import
 metadp.training`` works without torch.
@@ -16,7 +19,7 @@ from metadp.training.budget import BudgetSchedule, budget_schedule, noise_for_bu
 from metadp.accounting.ledger import Ledger, LedgerCorruptError, LedgerError, LedgerRecord, TornLedgerError
 
 _LAZY = {
-    "data": ("ImagePool", "OneShotRun", "SinusoidTasks", "data_dir", "load_image_folder", "load_mini_imagenet_csv",
+    "data": ("ImagePool", "OneShotRun", "data_dir", "load_image_folder", "load_mini_imagenet_csv",
              "load_omniglot_background", "load_one_shot_runs", "synthetic_glyphs"),
     "samplers": ("PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes"),
     "models": ("Conv4", "MLP", "BatchStatNorm2d"),

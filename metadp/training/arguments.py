@@ -10,36 +10,35 @@ from __future__ import annotations
 
 import math
 
+from metadp.training import algorithms, datasets
+
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
 
-PRIVATE = ("dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr")
-MAML_FAMILY = ("maml", "reptile") + PRIVATE
-_CENTRAL = ("dp-maml", "dp-agr", "dp-agrlr")  # per-task clip and noise on the sum (policies adapt that clip)
-_INNER_DP = ("dp-maml-sample", "dp-agrlr", "dp-reptile")  # per-example clip and noise inside each task
-_ZERO_INNER_STEPS_OK = ("maml", "dp-maml", "dp-agr")
-
-# flag -> (the algorithms that read it, in words)
+_META = {"meta_loop": True}
+_PRIVATE = {"meta_loop": True, "private": True}
+# flag -> (the registry fields of the algorithms that read it, in words; None: the names)
 _READERS = {
-    "unit": (PRIVATE, "the private algorithms"),
-    "sampler": (MAML_FAMILY, "the MAML and Reptile family"),
-    "noise": (PRIVATE, "the private algorithms"),
-    "clip": (("dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"), "dp-maml, dp-maml-sample, dp-agr, dp-agrlr"),
-    "clip_mode": (("dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"), "dp-maml, dp-maml-sample, dp-agr, dp-agrlr"),
-    "clip_policy": (_CENTRAL, "dp-maml, dp-agr, dp-agrlr (their per-task clip)"),
-    "count_noise": (_CENTRAL, "dp-maml, dp-agr, dp-agrlr with --clip-policy quantile"),
-    "inner_clip": (_INNER_DP, "dp-maml-sample, dp-agrlr, dp-reptile"),
-    "inner_noise": (_INNER_DP, "dp-maml-sample, dp-agrlr, dp-reptile"),
-    "meta_batch": (MAML_FAMILY, "the MAML and Reptile family"),
-    "pool": (MAML_FAMILY, "the MAML and Reptile family"),
-    "inner_steps": (MAML_FAMILY, "the MAML and Reptile family"),
-    "inner_lr": (MAML_FAMILY, "the MAML and Reptile family"),
-    "first_order": (("maml", "dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"),
-                    "maml, dp-maml, dp-maml-sample, dp-agr, dp-agrlr (Reptile is first order by construction)"),
-    "chunk_size": (MAML_FAMILY, "the MAML and Reptile family"),
-    "checkpoint_every": (MAML_FAMILY, "the MAML and Reptile family"),
-    "resume": (MAML_FAMILY, "the MAML and Reptile family (protonet runs cannot be resumed)"),
-    "resume_changed": (MAML_FAMILY, "the MAML and Reptile family, with --resume"),
+    "unit": (_PRIVATE, "the private algorithms"),
+    "sampler": (_META, "the MAML and Reptile family"),
+    "noise": (_PRIVATE, "the private algorithms"),
+    "clip": ({"reads_clip": True}, None),
+    "clip_mode": ({"reads_clip": True}, None),
+    "clip_policy": ({"central_clip": True}, "{} (their per-task clip)"),
+    "count_noise": ({"central_clip": True}, "{} with --clip-policy quantile"),
+    "inner_clip": ({"inner_dp": True}, None),
+    "inner_noise": ({"inner_dp": True}, None),
+    "meta_batch": (_META, "the MAML and Reptile family"),
+    "pool": (_META, "the MAML and Reptile family"),
+    "inner_steps": (_META, "the MAML and Reptile family"),
+    "inner_lr": (_META, "the MAML and Reptile family"),
+    "first_order": ({"meta_loop": True, "reads_first_order": True}, "{} (Reptile is first order by construction)"),
+    "chunk_size": (_META, "the MAML and Reptile family"),
+    "checkpoint_every": (_META, "the MAML and Reptile family"),
+    "resume": (_META, "the MAML and Reptile family (protonet runs cannot be resumed)"),
+    "resume_changed": (_META, "the MAML and Reptile family, with --resume"),
 }
+# the flags of the privacy mechanism, refused at once for a non-private algorithm
+_MECHANISM = ("unit", "noise", "clip", "clip_mode", "clip_policy", "count_noise", "inner_clip", "inner_noise")
 _PROTONET_ONLY = ("obfuscation", "cell", "m", "radius", "sigma", "denoiser", "denoise_weight", "ways", "shots", "query")
 
 # flag defaults that depend on the algorithm or the data are None in the parser and set here
@@ -111,14 +110,16 @@ def check_train_args(args) -> None:
         ValueError: the first flag that is out of range, does not apply to the algorithm or the data, or
             conflicts with another; the message names it and what is allowed.
     """
-    algorithm, protonet = args.algorithm, args.algorithm == "protonet"
+    algorithm, protonet = args.algorithm, not algorithms.get(args.algorithm).meta_loop
     _check_numbers(args)
-    if args.data_dir is not None and args.data != "omniglot":
-        raise ValueError(f"--data-dir applies to --data omniglot, not --data {args.data}; drop it")
-    if args.rotations and args.data != "omniglot":
-        raise ValueError(f"--rotations applies to --data omniglot, not --data {args.data}; drop it")
-    if args.norm is not None and args.data == "sinusoid":
-        raise ValueError("--norm applies to image data (--data glyphs or omniglot); sinusoid uses an MLP: drop it")
+    dataset, local = datasets.get(args.data), " or ".join(datasets.names(local_folder=True))
+    if args.data_dir is not None and not dataset.local_folder:
+        raise ValueError(f"--data-dir applies to --data {local}, not --data {args.data}; drop it")
+    if args.rotations and not dataset.local_folder:
+        raise ValueError(f"--rotations applies to --data {local}, not --data {args.data}; drop it")
+    if args.norm is not None and not dataset.images:
+        raise ValueError(f"--norm applies to image data (--data {' or '.join(datasets.names(images=True))}); "
+                         f"{args.data} uses an MLP: drop it")
     if protonet:
         _check_protonet(args)
     else:
@@ -146,7 +147,7 @@ def _check_numbers(args) -> None:
     _real(args, "denoise_weight", low=0.0, low_open=False)
     _whole(args, "steps", 1)
     _whole(args, "pool", 1)
-    _whole(args, "inner_steps", 0 if args.algorithm in _ZERO_INNER_STEPS_OK else 1)
+    _whole(args, "inner_steps", algorithms.get(args.algorithm).min_inner_steps)
     _whole(args, "chunk_size", 1)
     _whole(args, "checkpoint_every", 1)
     _whole(args, "seed", 0)
@@ -160,23 +161,24 @@ def _check_numbers(args) -> None:
 
 
 def _check_readers(args) -> None:
-    algorithm = args.algorithm
-    for name, (readers, who) in _READERS.items():
+    algorithm, alg = args.algorithm, algorithms.get(args.algorithm)
+    for name, (where, who) in _READERS.items():
+        readers = algorithms.names(**where)
         if _given(args, name) and algorithm not in readers:
-            if algorithm in ("maml", "reptile") and name in ("unit", "noise", "clip", "clip_mode", "clip_policy",
-                                                            "count_noise", "inner_clip", "inner_noise"):
+            if not alg.private and name in _MECHANISM:
                 continue  # the non-private case below names every private flag at once
+            who = ", ".join(readers) if who is None else who.format(", ".join(readers))
             raise ValueError(f"{_flag(name)} applies to {who}, not {algorithm}; drop it")
-    if algorithm in ("maml", "reptile"):
-        private = [_flag(n) for n in ("epsilon", "delta", "noise", "unit", "clip", "clip_mode", "clip_policy",
-                                      "count_noise", "inner_clip", "inner_noise") if _given(args, n)]
+    if not alg.private:
+        private = [_flag(n) for n in ("epsilon", "delta") + _MECHANISM if _given(args, n)]
         if private:
             raise ValueError(f"{', '.join(private)} set a privacy budget or mechanism, but {algorithm} is "
-                             f"non-private and would ignore them: drop them, or train dp-{algorithm}")
+                             f"non-private and would ignore them: drop them, or train {alg.private_form}")
 
 
 def _check_maml_family(args) -> None:
-    algorithm, private = args.algorithm, args.algorithm in PRIVATE
+    alg = algorithms.get(args.algorithm)
+    algorithm, private = args.algorithm, alg.private
     if args.resume_changed and not args.resume:
         raise ValueError("--resume-changed applies with --resume (it lets a resumed run change its settings)")
     if private and args.epsilon is None and args.noise is None and args.inner_noise is None:
@@ -186,21 +188,18 @@ def _check_maml_family(args) -> None:
     if meta_batch > pool:
         raise ValueError(f"--meta-batch must be <= --pool ({pool:,} tasks), got {meta_batch:g}: tasks are sampled "
                          "from the pool (a Poisson rate meta-batch / pool above 1 does not exist)")
-    sampler = args.sampler or ("one-pass" if algorithm in ("dp-agr", "dp-agrlr", "dp-reptile") else "poisson")
+    sampler = args.sampler or alg.default_sampler
     if sampler == "fixed" and meta_batch != int(meta_batch):
         raise ValueError(f"--meta-batch must be a whole number with --sampler fixed (the batch size), got {meta_batch:g}")
-    unit = args.unit or ("record" if algorithm in ("dp-maml-sample", "dp-reptile") else "task")
-    if unit == "record-vs-server" and algorithm != "dp-agrlr":
-        raise ValueError("--unit record-vs-server (the record against the server that sees each client's update) "
-                         f"applies to dp-agrlr only, not {algorithm}")
-    if unit == "task" and algorithm == "dp-reptile":
-        raise ValueError("--unit task: dp-reptile has no task-level guarantee (each task's update reaches the "
-                         "meta-learner without task-level noise); use --unit record")
-    if sampler == "fixed" and unit == "record" and algorithm in ("dp-maml", "dp-maml-sample", "dp-agr", "dp-agrlr"):
+    unit = args.unit or alg.default_unit
+    refusal = alg.unit_refusal(unit) if private else None
+    if refusal is not None:
+        raise ValueError(refusal)
+    if sampler == "fixed" and unit == "record" and private and alg.central_noise:
         raise ValueError(f"--sampler fixed: {algorithm} has no record-level bound for fixed-size task batches "
                          "(records are shared between tasks), so --unit record cannot be budgeted; use --unit "
                          "task or --sampler poisson")
-    visit_charged = (algorithm == "dp-reptile" and unit == "record") or unit == "record-vs-server"
+    visit_charged = alg.charged_per_visit(unit)
     if visit_charged and args.epsilon is not None and args.noise is None and args.inner_noise is None \
             and sampler != "one-pass":
         raise ValueError(f"--epsilon without --inner-noise: the {unit} view of {algorithm} is charged per visit, "
@@ -220,8 +219,9 @@ def _check_protonet(args) -> None:
         raise ValueError(f"{', '.join(ignored)} do not apply to protonet (it reads --data, --obfuscation and its "
                          "options, --epsilon and --delta with dp-pix, --steps, --outer-lr, --seed, --device, --norm, "
                          "--rotations, --eval-tasks, --out); drop them")
-    if args.data == "sinusoid":
-        raise ValueError("--data sinusoid: protonet classifies images; use --data glyphs or --data omniglot")
+    if not datasets.get(args.data).images:
+        raise ValueError(f"--data {args.data}: protonet classifies images; use "
+                         f"{' or '.join('--data ' + n for n in datasets.names(images=True))}")
     obfuscation = args.obfuscation or "none"
     reads = {"none": (), "dp-pix": ("epsilon", "cell", "m", "delta"), "pixelize": ("cell",),
              "blur": ("radius", "sigma"), "gaussian": ("sigma",)}[obfuscation]

@@ -37,26 +37,13 @@ import torch
 from tqdm import tqdm
 
 from metadp.report import format_upper
-from metadp.training import data, evaluate, models, run_folder, tasks
+from metadp.training import algorithms, data_setups, datasets, run_folder
 from metadp.training.arguments import check_device, check_train_args
 from metadp.training.parser import CLI_OBFUSCATIONS
-from metadp.training.protonet import (HELD_OUT_ALPHABETS, ProtoConfig, evaluate_protonet, privacy_report,
-                                      split_by_alphabet, train_protonet)
+from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
 from metadp.training.trainer import TrainConfig, stream_seed, calibrate, train
 
 __all__ = ["run_train"]
-
-def _protonet_data(args):
-    """(training images, held-out images, description of the split)."""
-    if args.data == "glyphs":
-        images = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
-        return images[:150], images[150:], "synthetic glyphs: classes 0-149 train, 150-199 held out"
-    pool = data.load_omniglot_background(args.data_dir, rotations=args.rotations, device=args.device)  # no download
-    train, held = split_by_alphabet(pool.class_names)
-    return (pool.images[train], pool.images[held],
-            f"Omniglot background (minimal split): {len(train)} classes train; the {len(held)} classes of the "
-            f"alphabets {', '.join(HELD_OUT_ALPHABETS)} held out")
-
 
 def _run_protonet(args) -> None:
     obfuscation = CLI_OBFUSCATIONS[args.obfuscation or "none"]
@@ -71,13 +58,13 @@ def _run_protonet(args) -> None:
     if state.holds_run:
         raise ValueError(f"--out {args.out} holds a run ({', '.join(state.run_files)}); protonet runs cannot be "
                          "resumed: choose another --out")
-    train_images, held_images, split = _protonet_data(args)
+    train_images, held_images, split = data_setups.resolve(datasets.get(args.data).split)(args)
     _check_protonet_shapes(args, config, train_images, held_images)
     bars = []  # made on the first step
 
     def progress(step, metrics):
         if not bars:
-            bars.append(tqdm(total=config.steps, file=sys.stderr, desc="protonet", leave=False))
+            bars.append(tqdm(total=config.steps, file=sys.stderr, desc=args.algorithm, leave=False))
         bar = bars[0]
         bar.n = step
         bar.set_postfix({"loss": f"{metrics['loss']:.3f}", "acc": f"{metrics['accuracy']:.2f}"}, refresh=False)
@@ -136,19 +123,7 @@ def _check_protonet_shapes(args, config, train_images, held_images) -> None:
 def _setup(args):
     """(model, pool, loss, default inner lr); the model's initial weights come from ``--seed`` (its own
     stream), so a run is reproducible."""
-
-    if args.data == "sinusoid":
-        pool = tasks.SinusoidPool(args.pool, 10, 10, seed=args.seed, device=args.device)
-        make, loss, inner_lr = models.MLP, lambda o, y: ((o - y) ** 2).mean(), 0.01
-    elif args.data == "glyphs":
-        images = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
-        pool = tasks.EpisodePool(images[:150], args.pool, n_way=5, k_shot=1, k_query=1, seed=args.seed)
-        make, loss, inner_lr = (lambda: models.Conv4(5, norm=args.norm)), torch.nn.functional.cross_entropy, 0.4
-    else:
-        images = data.load_omniglot_background(rotations=args.rotations, device=args.device).images  # no download
-        pool = tasks.EpisodePool(images, args.pool, n_way=20, k_shot=1, k_query=1, seed=args.seed)
-        # inner lr 0.1: Finn et al.'s 20-way Omniglot setting (0.4 overshoots at initialisation: the support loss rises)
-        make, loss, inner_lr = (lambda: models.Conv4(20, norm=args.norm)), torch.nn.functional.cross_entropy, 0.1
+    make, pool, loss, inner_lr = data_setups.resolve(datasets.get(args.data).setup)(args)
     with torch.random.fork_rng(devices=[]):  # leaves the global generator as it was
         torch.manual_seed(stream_seed(args.seed, "model"))
         model = make()
@@ -156,27 +131,19 @@ def _setup(args):
 
 
 def _evaluate(args, model, params, loss_fn, inner_lr):
-    if args.data == "sinusoid":
-        return evaluate.evaluate_sinusoid(model, params, n_tasks=args.eval_tasks, steps=args.inner_steps, lr=inner_lr)
-    if args.data == "glyphs":
-        held = data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images[150:]
-        test = tasks.EpisodePool(held, args.eval_tasks, n_way=5, k_shot=1, k_query=5, seed=args.seed + 7)
-        return evaluate.evaluate_tasks(model, params, test.batch(torch.arange(args.eval_tasks, device=held.device)), loss_fn,
-                                       args.inner_steps, inner_lr, "accuracy")
-    runs = data.load_one_shot_runs(args.data_dir, device=args.device)
-    return evaluate.evaluate_one_shot_runs(model, params, runs, args.inner_steps, inner_lr)
+    return data_setups.resolve(datasets.get(args.data).evaluate)(args, model, params, loss_fn, inner_lr)
 
 
 def _check_inputs(args) -> None:
     """Every refusal that needs no training data: flags, device, data folder, output folder (reads only)."""
     check_train_args(args)
     check_device(args.device)
-    if args.data == "omniglot":
+    dataset = datasets.get(args.data)
+    if dataset.check is not None:
         try:
-            folder = data.data_dir(args.data_dir)
-            data.check_omniglot_folder(folder, one_shot=args.algorithm != "protonet")
+            folder = data_setups.resolve(dataset.check)(args, one_shot=algorithms.get(args.algorithm).meta_loop)
         except (FileNotFoundError, ValueError) as err:  # the data folder is an input: refused like a bad flag
-            raise ValueError(f"--data omniglot: {err}") from None
+            raise ValueError(f"--data {args.data}: {err}") from None
         args.data_dir = folder
     run_folder.check_out_path(args.out)
 
@@ -196,13 +163,14 @@ def _stored_noise(args, private: bool):
 
 def run_train(args) -> None:
     _check_inputs(args)
-    if args.algorithm == "protonet":
+    alg = algorithms.get(args.algorithm)
+    if not alg.meta_loop:
         return _run_protonet(args)
 
-    private = args.algorithm.startswith("dp-")
+    private = alg.private
     model, pool, loss_fn, inner_lr = _setup(args)
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
-    outer_lr = args.outer_lr if args.outer_lr is not None else (1.0 if "reptile" in args.algorithm else 1e-3)
+    outer_lr = args.outer_lr if args.outer_lr is not None else alg.default_outer_lr
     epsilon = args.epsilon if args.epsilon is not None else math.inf
     noise = args.noise if args.noise is not None else 1.0
     stored = _stored_noise(args, private)
@@ -243,7 +211,7 @@ def run_train(args) -> None:
         print(f"metadp: warning: {message}", file=sys.stderr)
 
     setup = {"--data": args.data, "--pool": args.pool, "--rotations": args.rotations,
-             "--norm": args.norm if args.data != "sinusoid" else None}
+             "--norm": args.norm if datasets.get(args.data).images else None}
     try:
         result = train(model, pool, loss_fn, config, args.out, device=args.device, progress=progress,
                        resume=args.resume, resume_changed=args.resume_changed, setup=setup, warn=warn)

@@ -4,6 +4,7 @@ is ``metadp.training.command`` (torch)."""
 
 from __future__ import annotations
 
+from metadp.training import algorithms, datasets
 from metadp.training.clipping import POLICIES
 
 __all__ = ["add_train_parser", "CLI_OBFUSCATIONS"]
@@ -19,14 +20,12 @@ _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --de
 
 
 def add_train_parser(sub, number, formatter) -> None:
-    algorithms = ("maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr", "protonet")
     t = sub.add_parser("train", help="train MAML, Reptile, DP-MAML, DP-Reptile or DP-FedMeta within a privacy budget "
                        "(needs torch)", epilog=_EXAMPLES, formatter_class=formatter)
-    t.add_argument("algorithm", choices=algorithms,
-                   help="maml, reptile (non-private); dp-maml (task level, dp-maml Alg. 1), dp-maml-sample (Alg. 2), "
-                        "dp-reptile (task-global), dp-agr, dp-agrlr (DP-FedMeta); protonet (prototypical network on "
-                        "obfuscated images, optional denoiser: privacy-enhanced few-shot Alg. 1)")
-    t.add_argument("--data", choices=("sinusoid", "glyphs", "omniglot"), default="sinusoid")
+    t.add_argument("algorithm", choices=tuple(algorithms.REGISTRY),
+                   help="; ".join(f"{a.name}: {a.description}" for a in algorithms.REGISTRY.values()))
+    t.add_argument("--data", choices=tuple(datasets.REGISTRY), default=next(iter(datasets.REGISTRY)),
+                   help="; ".join(f"{d.name}: {d.description}" for d in datasets.REGISTRY.values()))
     t.add_argument("--data-dir", metavar="DIR",
                    help="--data omniglot: the folder holding images_background_small1.zip, "
                         "images_background_small2.zip and one_shot_runs.zip. Searched in order: --data-dir, "
@@ -34,10 +33,12 @@ def add_train_parser(sub, number, formatter) -> None:
                         "pyproject.toml names metadp) that holds the current folder, or the package's own "
                         "checkout (editable installs). Nothing is ever downloaded")
     t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
-                   help="the guarantee whose budget stops the run (default: task; record for dp-maml-sample and "
-                        "dp-reptile); every other one is reported too")
+                   help="the guarantee whose budget stops the run (default: task; record for "
+                        f"{' and '.join(algorithms.names(private=True, default_unit='record'))}); every other one is "
+                        "reported too")
     t.add_argument("--sampler", choices=("poisson", "fixed", "one-pass"),
-                   help="task sampling (default poisson; one-pass for dp-agr, dp-agrlr, dp-reptile)")
+                   help="task sampling (default poisson; one-pass for "
+                        f"{', '.join(algorithms.names(default_sampler='one-pass'))})")
     t.add_argument("--epsilon", type=number("--epsilon", float),
                    help="budget of --unit at --delta; protonet: the DP-Pix epsilon per released image")
     t.add_argument("--delta", type=number("--delta", float), help="delta of the budget and the report (default 1e-5)")
@@ -52,7 +53,7 @@ def add_train_parser(sub, number, formatter) -> None:
     t.add_argument("--count-noise", type=number("--count-noise", float),
                    help="quantile policy: noise std on the unclipped count (default meta-batch / 20)")
     t.add_argument("--inner-clip", type=number("--inner-clip", float),
-                   help="per-example clip inside tasks (dp-maml-sample, dp-agrlr, dp-reptile; default 1)")
+                   help=f"per-example clip inside tasks ({', '.join(algorithms.names(inner_dp=True))}; default 1)")
     t.add_argument("--inner-noise", type=number("--inner-noise", float),
                    help="z_in inside tasks (default: --noise; calibrated for dp-reptile and record-vs-server)")
     t.add_argument("--steps", type=number("--steps", int), default=1000)

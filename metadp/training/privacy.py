@@ -4,7 +4,8 @@ A *view* is one guarantee of a run: a unit (a task or client, or one record), a 
 an adversary, and the event charged per step, per pass or per visit. The trainer keeps one
 hash-chained ledger per view, stops when the view the user chose (``--unit``) reaches its budget, and
 reports every view at the end (DESIGN.md sec. 4: "a record's report and a task's report are both
-produced wherever both are meaningful"). Pure accounting: no torch.
+produced wherever both are meaningful"). Pure accounting: no torch. Each algorithm's views are built
+from these pieces by its family in ``metadp.training.algorithms`` (``Algorithm.views``).
 
 How each event is derived (C: clipping threshold, z: noise multiplier of the released sum):
 
@@ -47,18 +48,13 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional, Tuple
 
 from metadp.core import events as ev
 
-__all__ = ["View", "SamplingPlan", "ALGORITHMS", "PRIVATE_ALGORITHMS", "views", "default_unit"]
+__all__ = ["View", "SamplingPlan", "REFS"]
 
-ALGORITHMS = ("maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr")
-PRIVATE_ALGORITHMS = ALGORITHMS[2:]
-CENTRAL_TASK_CLIP = ("dp-maml", "dp-agr", "dp-agrlr")  # per-task clip + central noise on the sum
-
-_REFS = {
+REFS = {
     "poisson": "subsampled Gaussian, Poisson sampling (Mironov, Talwar & Zhang 2019, arXiv:1908.10530)",
     "fixed": "subsampled Gaussian, fixed-size batches, substitution (Balle, Barthe & Gaboardi 2018, arXiv:1807.01647)",
     "one-pass": "one pass, each unit in exactly one step: single Gaussian per pass, no amplification (DESIGN.md 3.9a)",
@@ -106,94 +102,21 @@ class View:
     reason: str = ""
 
 
-def default_unit(algorithm: str) -> str:
-    """The unit whose budget stops a run unless ``--unit`` says otherwise."""
-    return "record" if algorithm in ("dp-maml-sample", "dp-reptile") else "task"
-
-
 def _central(plan: SamplingPlan, z: float) -> Tuple[str, str, ev.Event, str]:
     """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z."""
     inner = ev.Gaussian(z)
     if plan.scheme == "poisson":
-        return "add_remove", "step", ev.PoissonSampled(plan.rate, inner), _REFS["poisson"]
+        return "add_remove", "step", ev.PoissonSampled(plan.rate, inner), REFS["poisson"]
     if plan.scheme == "fixed":
-        return "substitute", "step", ev.FixedSizeSampled(plan.batch, plan.pool, inner, 2.0), _REFS["fixed"]
-    return "add_remove", "pass", inner, _REFS["one-pass"]
+        return "substitute", "step", ev.FixedSizeSampled(plan.batch, plan.pool, inner, 2.0), REFS["fixed"]
+    return "add_remove", "pass", inner, REFS["one-pass"]
 
 
 def _central_record(plan: SamplingPlan, s: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
     """(charge, event, basis, reason) for a record in k tasks, s noise stds per appearance."""
     if plan.scheme == "poisson":
-        return "step", ev.EpisodicSampled(k, plan.rate, 1.0, ev.Gaussian(1.0 / s), 1.0), _REFS["episodic"], ""
+        return "step", ev.EpisodicSampled(k, plan.rate, 1.0, ev.Gaussian(1.0 / s), 1.0), REFS["episodic"], ""
     if plan.scheme == "one-pass":
-        return "pass", ev.Gaussian(1.0 / (k * s)), _REFS["one-pass"], ""
+        return "pass", ev.Gaussian(1.0 / (k * s)), REFS["one-pass"], ""
     return "step", None, "", ("no record-level bound is implemented for fixed-size task batches with records "
                               "shared between tasks; use Poisson sampling for a record-level guarantee")
-
-
-def views(algorithm: str, plan: SamplingPlan, *, noise: float, inner_noise: float = math.inf, inner_steps: int = 1,
-          query_per_task: int = 1, record_multiplicity: int = 1, first_order: bool = True,
-          private_clipping: bool = True) -> Tuple[View, ...]:
-    """The guarantees of one run (module docstring), the first the default budget unit's.
-
-    Args:
-        algorithm: one of ``ALGORITHMS``.
-        plan: the task sampling.
-        noise: z of the central noisy sum (DP-MAML, DP-AGR, DP-AGRLR's server, sample-level's outer).
-        inner_noise: z_in of the inner per-example DP-SGD (sample-level DP-MAML, DP-AGRLR's z_0,
-            DP-Reptile).
-        inner_steps: S, the inner steps.
-        query_per_task: m_q, query examples per task.
-        record_multiplicity: k, the most tasks of the pool any one record is in.
-        first_order: first-order meta-gradients (sample-level DP-MAML and DP-AGRLR: see the docstring).
-        private_clipping: False when thresholds come from raw gradient norms: every view loses its
-            guarantee.
-    """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    if algorithm not in PRIVATE_ALGORITHMS:
-        return ()
-    k, S, m = record_multiplicity, inner_steps, query_per_task
-    everyone = "anyone who sees the released noisy aggregates and the model"
-    out = []
-    if algorithm in CENTRAL_TASK_CLIP:
-        relation, charge, event, basis = _central(plan, noise)
-        who = "client" if algorithm.startswith("dp-agr") else "task"
-        out.append(View("task", "task", everyone, relation, charge, event, basis,
-                        f"one {who} (all of its data) added or removed"))
-        charge, event, basis, reason = _central_record(plan, 2.0 / noise, k)
-        out.append(View("record", "record", everyone, "add_remove", charge, event, basis,
-                        reason or f"one record added or removed; it is in at most {k} task(s) of the pool, each "
-                                   "of which moves the clipped sum by up to 2C"))
-    if algorithm == "dp-maml-sample":
-        relation, charge, event, basis = _central(plan, noise / m)
-        if first_order:
-            s = math.sqrt(max(S / inner_noise**2, 1.0 / noise**2))
-        else:
-            s = math.sqrt(S / inner_noise**2 + (2.0 * m / noise) ** 2)
-        charge_r, event_r, basis_r, reason = _central_record(plan, s, k)
-        order = "first-order" if first_order else ("second-order: a support record also moves its task's query "
-                                                   "gradients through the un-noised inner Jacobian")
-        out.append(View("record", "record", everyone, "add_remove", charge_r, event_r, basis_r,
-                        reason or f"one record added or removed; in at most {k} task(s); {order}"))
-        out.append(View("task", "task", everyone, relation, charge, event, basis,
-                        f"one task added or removed: its {m} per-example-clipped query gradients move the sum by "
-                        f"up to {m}C"))
-    if algorithm == "dp-agrlr":
-        s2 = (max(S, 1) if first_order else S + 4 * m * m) / inner_noise**2
-        out.append(View("record-vs-server", "record", "the server, which sees every client's noisy update and "
-                        "knows which clients it sampled", "add_remove", "visit", ev.Gaussian(1.0 / math.sqrt(s2)),
-                        _REFS["local"], f"each visit of a client holding the record; in at most {k} client(s)"))
-    if algorithm == "dp-reptile":
-        out.append(View("record", "record", "the meta-learner, which sees each task's update (task-global DP, "
-                        "dp-meta-learning-task-global.txt Sec. 2.4), and anyone after it", "add_remove", "visit",
-                        ev.Gaussian(inner_noise / math.sqrt(S)), _REFS["local"],
-                        f"full-batch DP-SGD inside each task, {S} step(s) a visit; in at most {k} task(s)"))
-        out.append(View("task", "task", everyone, "add_remove", "step", None, "",
-                        "no task-level guarantee: each task's update reaches the meta-learner without task-level "
-                        "noise"))
-    if not private_clipping:
-        out = [dataclasses.replace(v, event=None, reason="NOT PRIVATE: clipping thresholds computed from raw "
-                                   "gradient norms (dp-maml.txt Sec. 5.2.1) depend on the data without noise")
-               for v in out]
-    return tuple(out)

@@ -34,7 +34,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vjp, vmap
+from torch.func import grad, vjp, vmap
 
 from metadp.training.functional import LossFn, Params, _check_tasks, _detached, _loss
 

@@ -38,6 +38,8 @@ class SinusoidPool:
 
     def __post_init__(self):
         self.size = check_count("size", self.size, minimum=1)
+        self.k_support = check_count("k_support", self.k_support, minimum=1)
+        self.k_query = check_count("k_query", self.k_query, minimum=0)
         g = torch.Generator().manual_seed(self.seed)
         k = self.k_support + self.k_query
         amplitude = 0.1 + 4.9 * torch.rand(self.size, 1, 1, generator=g, dtype=torch.float64)

@@ -3,6 +3,7 @@
 import io
 import math
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,9 +12,9 @@ torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
 from metadp.training import data  # noqa: E402
+from metadp.training import omniglot as omniglot_files  # noqa: E402
 from metadp.training.data import (  # noqa: E402
     ImagePool,
-    SinusoidTasks,
     data_dir,
     load_image_folder,
     load_mini_imagenet_csv,
@@ -21,6 +22,7 @@ from metadp.training.data import (  # noqa: E402
     load_one_shot_runs,
     synthetic_glyphs,
 )
+from metadp.training.tasks import SinusoidPool  # noqa: E402
 
 
 def _omniglot_folder():
@@ -41,8 +43,7 @@ def omniglot():
 
 # ----------------------------------------------------------------------------------------- sinusoid
 def test_sinusoid_shapes_ranges_and_law():
-    tasks = SinusoidTasks()
-    x_s, y_s, x_q, y_q = tasks.sample(500, 5, 15, torch.Generator().manual_seed(0))
+    x_s, y_s, x_q, y_q = SinusoidPool(500, 5, 15, seed=0).batch(torch.arange(500))
     assert x_s.shape == y_s.shape == (500, 5, 1) and x_q.shape == y_q.shape == (500, 15, 1)
     assert x_s.dtype == torch.float32
     x, y = torch.cat([x_s, x_q], 1), torch.cat([y_s, y_q], 1)
@@ -60,23 +61,21 @@ def test_sinusoid_shapes_ranges_and_law():
     assert abs(amplitude.mean().item() - 2.55) < 0.19
 
 
-def test_sinusoid_is_deterministic_given_the_generator():
-    tasks = SinusoidTasks()
-    first = tasks.sample(8, 10, 10, torch.Generator().manual_seed(3))
-    again = tasks.sample(8, 10, 10, torch.Generator().manual_seed(3))
-    other = tasks.sample(8, 10, 10, torch.Generator().manual_seed(4))
+def test_sinusoid_is_deterministic_given_the_seed():
+    rows = torch.arange(8)
+    first, again = SinusoidPool(8, 10, 10, seed=3).batch(rows), SinusoidPool(8, 10, 10, seed=3).batch(rows)
+    other = SinusoidPool(8, 10, 10, seed=4).batch(rows)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not torch.equal(first[0], other[0])
 
 
 def test_sinusoid_rejects_bad_arguments():
-    tasks = SinusoidTasks()
     with pytest.raises(ValueError, match="k_support"):
-        tasks.sample(2, 0, 5, torch.Generator())
-    with pytest.raises(ValueError, match="generator"):
-        tasks.sample(2, 5, 5, 0)
-    with pytest.raises(ValueError, match="amplitude_range"):
-        SinusoidTasks(amplitude_range=(5.0, 0.1))
+        SinusoidPool(2, 0, 5)
+    with pytest.raises(ValueError, match="k_query"):
+        SinusoidPool(2, 5, -1)
+    with pytest.raises(ValueError, match="size"):
+        SinusoidPool(0, 5, 5)
 
 
 # ----------------------------------------------------------------------------------------- location
@@ -87,13 +86,13 @@ def test_data_dir_honours_metadp_data(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         data_dir()
     message = str(error.value)
-    assert str(tmp_path / "absent") in message and str(data._default_data_dir()) in message
+    assert str(tmp_path / "absent") in message and str(omniglot_files._default_data_dir()) in message
 
 
 def _fake_install(monkeypatch, tmp_path):
-    """Places the package, as ``data`` sees itself, in a virtual environment (a non-editable install)."""
-    fake = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "metadp" / "training" / "data.py"
-    monkeypatch.setattr(data, "__file__", str(fake))
+    """Places the package, as ``omniglot`` sees itself, in a virtual environment (a non-editable install)."""
+    fake = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "metadp" / "training" / "omniglot.py"
+    monkeypatch.setattr(omniglot_files, "__file__", str(fake))
     monkeypatch.delenv("METADP_DATA", raising=False)
 
 
@@ -145,7 +144,8 @@ def test_the_packages_own_checkout_is_the_last_place(monkeypatch, tmp_path):
     # an editable install: the package's file is in a checkout; the current folder is in none
     monkeypatch.delenv("METADP_DATA", raising=False)
     shared = _checkout(tmp_path / "work" / "repo")
-    monkeypatch.setattr(data, "__file__", str(tmp_path / "work" / "repo" / "metadp" / "training" / "data.py"))
+    monkeypatch.setattr(omniglot_files, "__file__", str(tmp_path / "work" / "repo" / "metadp" / "training" /
+                                                     "omniglot.py"))
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert data_dir() == shared.resolve()
@@ -180,8 +180,8 @@ def test_omniglot_folder_check(tmp_path):
 
 
 def test_default_is_the_shared_folder_next_to_the_repository():
-    repo_root = data.Path(data.__file__).resolve().parents[2]
-    assert data._default_data_dir() == (repo_root.parent / "shared" / "data" / "omniglot").resolve()
+    repo_root = Path(omniglot_files.__file__).resolve().parents[2]
+    assert omniglot_files._default_data_dir() == (repo_root.parent / "shared" / "data" / "omniglot").resolve()
 
 
 # ------------------------------------------------------------------------- omniglot (real zips)
@@ -227,7 +227,7 @@ def test_omniglot_is_deterministic_and_the_cache_is_not_shared(omniglot):
     folder = _omniglot_folder()
     first = load_omniglot_background(folder)
     first.images.zero_()  # the caller owns its tensor; the in-memory cache must not change
-    data._background_from_zips.cache_clear()
+    omniglot_files._background_from_zips.cache_clear()
     fresh = load_omniglot_background(folder)
     assert torch.equal(fresh.images, omniglot.images) and fresh.class_names == omniglot.class_names
 
@@ -261,13 +261,13 @@ def test_one_shot_runs():
 def test_one_shot_class_labels_parser_rejects_malformed_files():
     good = ("run01/test/item01.png run01/training/class02.png\n"
             "run01/test/item02.png run01/training/class01.png\n")
-    assert data._parse_class_labels(good, "run01", 2, 2) == [1, 0]
+    assert omniglot_files._parse_class_labels(good, "run01", 2, 2) == [1, 0]
     with pytest.raises(ValueError, match="no label"):
-        data._parse_class_labels(good.splitlines()[0], "run01", 2, 2)
+        omniglot_files._parse_class_labels(good.splitlines()[0], "run01", 2, 2)
     with pytest.raises(ValueError, match="repeated"):
-        data._parse_class_labels(good.splitlines()[0] + "\n" + good.splitlines()[0], "run01", 2, 2)
+        omniglot_files._parse_class_labels(good.splitlines()[0] + "\n" + good.splitlines()[0], "run01", 2, 2)
     with pytest.raises(ValueError, match="parse"):
-        data._parse_class_labels("item01 class02", "run01", 2, 2)
+        omniglot_files._parse_class_labels("item01 class02", "run01", 2, 2)
 
 
 def _write_runs(path, labels_text, items=("item01", "item02")):

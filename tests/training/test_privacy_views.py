@@ -35,10 +35,19 @@ from metadp.training import private_steps as P  # noqa: E402
 from metadp.training.data import synthetic_glyphs  # noqa: E402
 from metadp.training.functional import param_dict  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
-from metadp.training.privacy import (ALGORITHMS, CENTRAL_TASK_CLIP, PRIVATE_ALGORITHMS, SamplingPlan,  # noqa: E402
-                                     default_unit, views)
+from metadp.training import algorithms  # noqa: E402
+from metadp.training.algorithms import views  # noqa: E402
+from metadp.training.privacy import SamplingPlan  # noqa: E402
 from metadp.training.tasks import EpisodePool  # noqa: E402
 from metadp.training.trainer import TrainConfig, run_views  # noqa: E402
+
+ALGORITHMS = algorithms.names(meta_loop=True)
+PRIVATE_ALGORITHMS = algorithms.names(meta_loop=True, private=True)
+CENTRAL_TASK_CLIP = algorithms.names(central_clip=True)
+
+
+def default_unit(name: str) -> str:
+    return algorithms.get(name).default_unit
 
 POISSON = SamplingPlan("poisson", 200, rate=0.05)
 FIXED = SamplingPlan("fixed", 200, batch=10)

@@ -1,0 +1,76 @@
+"""Each sampled task's contribution to a step (name -> [B, ...]) and its loss [B], before the central clip.
+
+One function per kind of per-task computation; an algorithm (``metadp.training.algorithms``) names
+the one it uses in ``Algorithm.contribution``. Signature: ``f(algorithm, model, params, pool, rows,
+loss_fn, config, noise_gen)``, ``params`` detached, ``rows`` the sampled (padded) task indices,
+``noise_gen`` the run's noise generator (inner noise is drawn from it, in a fixed order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from metadp.training import functional as F
+from metadp.training import private_steps as P
+
+__all__ = ["meta_gradients", "reptile_updates", "dp_reptile_updates", "query_sums", "resolve"]
+
+
+def _inner_std(c) -> float:
+    return c.inner_noise * c.inner_clip if c.inner_noise > 0 else 0.0  # z_in = 0 with C_in = inf: no noise
+
+
+def meta_gradients(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+    """Per-task meta-gradients, first or second order (MAML family)."""
+    return F.per_task_meta_grads_and_losses(model, params, pool.batch(rows), loss_fn, c.inner_steps, c.inner_lr,
+                                            c.first_order, c.chunk_size)
+
+
+def reptile_updates(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+    """Per-task SGD updates theta_i - theta (Reptile) and the tasks' losses at theta."""
+    batch = pool.joint_batch(rows)
+    updates = F.reptile_task_update(model, params, batch, loss_fn, c.inner_steps, c.inner_lr, c.chunk_size)
+    losses = torch.func.vmap(lambda x, y: F._loss(model, loss_fn, params, x, y))(*batch)
+    return updates, losses
+
+
+def dp_reptile_updates(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+    """Per-task full-batch DP-SGD updates (task-global DP-Reptile)."""
+    batch = pool.joint_batch(rows)
+    noise = P.draw_inner_noise(params, rows.numel(), c.inner_steps, noise_gen)
+    return P.dp_reptile_updates(model, params, batch, loss_fn, c.inner_steps, c.inner_lr, c.inner_clip,
+                                _inner_std(c), noise, c.chunk_size)
+
+
+def query_sums(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+    """DP inner loop, per-example query gradients clipped and summed per task (``SampleLevel``): clipped
+    by ``clip``, or with ``alg.local_noise`` by ``inner_clip`` and sent as the client's noisy mean
+    (dp-fedmeta.txt Alg. 3, line 13)."""
+    batch = pool.batch(rows)
+    inner_std = _inner_std(c)
+    noise = P.draw_inner_noise(params, rows.numel(), c.inner_steps, noise_gen)
+    grads, losses = P.per_example_query_grads(model, params, batch, loss_fn, c.inner_steps, c.inner_lr, c.inner_clip,
+                                              inner_std, noise, c.first_order, c.chunk_size)
+    outer_clip = c.inner_clip if alg.local_noise else c.clip
+    if math.isfinite(outer_clip):
+        grads, _ = F.clip(grads, outer_clip, c.clip_mode, batch_dims=2)
+    sums = P.task_sums(grads)
+    if alg.local_noise:
+        m = float(batch[2].shape[1])
+        sums = {k: (g + inner_std * torch.randn(g.shape, generator=noise_gen, dtype=g.dtype, device=g.device)) / m
+                if inner_std > 0 else g / m for k, g in sums.items()}
+    return sums, losses
+
+
+def resolve(alg):
+    """The contribution function of ``alg``: its callable, or the function of this module it names."""
+    fn = alg.contribution
+    if callable(fn):
+        return fn
+    found = globals().get(fn) if fn in __all__ else None
+    if found is None:
+        raise ValueError(f"algorithm {alg.name!r}: contribution must be a callable or one of {__all__[:-1]}, "
+                         f"got {fn!r}")
+    return found

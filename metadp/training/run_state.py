@@ -1,0 +1,323 @@
+"""The state of one training run: its sampler, privacy views and their ledgers, budget schedule,
+clipping policy and record visits (``_Run``, driven by ``metadp.training.trainer.train``), and what
+depends only on the configuration and the pool: the sampling, the views and noise calibration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+
+from metadp.accounting import NonPrivate
+from metadp.accounting.calibration import calibrate_noise, max_steps
+from metadp.accounting.ledger import Ledger
+from metadp.core import events as ev
+from metadp.training import algorithms
+from metadp.training.budget import budget_schedule
+from metadp.training.clipping import ClipPolicy
+from metadp.training.config import TrainConfig
+from metadp.training.privacy import SamplingPlan
+from metadp.training.samplers import BallsInBinsSampler, FixedSizeSampler, PoissonSampler
+
+__all__ = ["stream_seed", "run_views", "calibrate", "accountant_for"]
+
+
+def _json_safe(d: dict) -> dict:
+    return {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """A seed for one random stream of a run, derived from ``seed`` and the stream's name.
+
+    The data generators (``SinusoidPool``, ``EpisodePool``) seed Mersenne Twister with the run's seed
+    too: the sampler on the same stream would draw the very uniforms that made the tasks (its first
+    Poisson step would take exactly the tasks with the smallest amplitudes). Hashing keeps the streams
+    apart.
+    """
+    digest = hashlib.sha256(f"metadp:{stream}:{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _sampling(pool, c: TrainConfig):
+    """(sampler, SamplingPlan, expected batch) of a run."""
+    n = pool.size
+    if c.meta_batch > n:  # a rate above 1 is no Poisson rate: refused, never clamped
+        raise ValueError(f"meta_batch must be <= the pool's {n} tasks, got {c.meta_batch:g}")
+    if c.sampling == "fixed" and c.meta_batch != int(c.meta_batch):
+        raise ValueError(f"fixed-size batches need a whole meta_batch, got {c.meta_batch:g}")
+    gen = torch.Generator(device=_device_of(pool)).manual_seed(stream_seed(c.seed, "sampler"))
+    if c.sampling == "poisson":
+        sampler = PoissonSampler(n, min(1.0, c.meta_batch / n), generator=gen)
+        return sampler, SamplingPlan("poisson", n, rate=sampler.rate), sampler.rate * n
+    if c.sampling == "fixed":
+        batch = int(c.meta_batch)
+        return FixedSizeSampler(n, batch, generator=gen), SamplingPlan("fixed", n, batch=batch), float(batch)
+    per_pass = max(1, round(n / c.meta_batch))
+    return BallsInBinsSampler(n, per_pass, generator=gen), SamplingPlan("one-pass", n, steps_per_pass=per_pass), n / per_pass
+
+
+def _device_of(pool) -> torch.device:
+    """Where the pool's tensors live (``EpisodePool.images``, or ``SinusoidPool.device``)."""
+    images = getattr(pool, "images", None)
+    return images.device if images is not None else torch.device(pool.device)
+
+
+def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[SamplingPlan] = None,
+              multiplicity: Optional[int] = None):
+    """The privacy views of ``c`` on ``pool`` (``metadp.training.privacy.views``) and the sampling plan.
+
+    ``plan`` and ``multiplicity`` (the pool's ``record_multiplicity()``) depend on the pool and the
+    sampling only: callers that ask for many configurations of one pool pass them in once.
+    """
+    plan = plan if plan is not None else _sampling(pool, c)[1]
+    if not c.private:
+        return plan, ()
+    k = multiplicity if multiplicity is not None else pool.record_multiplicity()
+    found = algorithms.views(c.algorithm, plan, noise=c.noise_multiplier if c.noise_multiplier > 0 else 1.0,
+                  inner_noise=c.inner_noise if c.inner_noise > 0 else 1.0, inner_steps=c.inner_steps,
+                  query_per_task=pool.query_per_task, record_multiplicity=k,
+                  first_order=c.first_order, private_clipping=private_clipping)
+    if not c.bounded:  # no noise or no clipping: each release is non-private (infinite epsilon)
+        found = tuple(dataclasses.replace(v, event=NonPrivate()) if v.event is not None else v for v in found)
+    return plan, found
+
+
+def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
+    """``c`` with its noise set so that ``c.steps`` steps spend the budget ``c.epsilon`` of its unit (PLD,
+    certified). Which noise: z for a view of the released sum; z_in for DP-Reptile's and DP-AGRLR's
+    record-vs-server views; both equal (as dp-maml.txt Alg. 2 uses one z) for sample-level DP-MAML's
+    record view. Per-visit views are calibrated for one-pass sampling (visits = passes x the record's
+    multiplicity); with Poisson sampling their visits are random: give the noise instead.
+
+    Raises:
+        ValueError: on a non-private algorithm, an infinite budget, or a per-visit view under Poisson
+            or fixed-size sampling.
+    """
+    if not c.private or not math.isfinite(c.epsilon):
+        raise ValueError("calibration needs a private algorithm and a finite epsilon")
+    _, plan, _ = _sampling(pool, c)
+    key = c.budget_unit
+    fields = c.family.calibrated_noise(key)
+
+    def configured(z: float, base: TrainConfig = dataclasses.replace(c, clip_policy="fixed")) -> TrainConfig:
+        # the views do not depend on the clip policy (the quantile policy keeps the accounted z)
+        return dataclasses.replace(base, **{name: z for name in fields})
+
+    k = pool.record_multiplicity()
+    view = next(v for v in run_views(pool, c, plan=plan, multiplicity=k)[1] if v.key == key)
+    passes = math.ceil(c.steps / plan.steps_per_pass)
+    if view.charge == "visit":
+        if plan.scheme != "one-pass":
+            raise ValueError(f"the {key} view is charged per visit, which is random under {plan.scheme} sampling: "
+                             "give the noise multiplier instead of calibrating it")
+        count = passes * k
+    else:
+        count = c.steps if view.charge == "step" else passes
+
+    def event(z: float):
+        v = next(v for v in run_views(pool, configured(z), plan=plan, multiplicity=k)[1] if v.key == key)
+        return ev.SelfComposed(v.event, count)
+
+    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant=accountant_for(view.event),
+                        rtol=rtol)
+    return configured(z, c)
+
+
+def accountant_for(event) -> str:
+    """The accountant of a view's event: PLD (tight) unless it has no dominating pair for the event
+    (fixed-size batches, ``FixedSizeSampled``: RDP, Wang, Balle & Kasiviswanathan 2019, arXiv:1808.00087)."""
+    return "rdp" if isinstance(event, ev.FixedSizeSampled) else "pld"
+
+
+class _Run:
+    """The state of one run: sampler, views and their ledgers, clipping, visits (``train`` drives it).
+
+    Construction does no I/O and raises every refusal of the configuration (no guarantee to budget, a
+    budget that does not cover one release); :meth:`open_ledgers` then opens or creates the files.
+    """
+
+    def __init__(self, pool, config: TrainConfig, device: str):
+        self.pool, self.config = pool, config
+        c = config
+        self.sampler, plan, self.expected = _sampling(pool, c)
+        self.plan = plan
+        self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
+        self.noise_gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "noise"))
+        self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
+                                 target=c.clip_target, learning_rate=c.clip_lr,
+                                 count_noise=c.quantile_count_noise if c.clip_policy == "quantile" else None)
+        self.multiplicity = pool.record_multiplicity() if c.private else 1
+        self.views = self._views()
+        self.primary = next((v for v in self.views if v.key == c.budget_unit), None)
+        if c.private and (self.primary is None or (self.primary.event is None and math.isfinite(c.epsilon))):
+            why = f": {self.primary.reason}" if self.primary is not None else ""
+            raise ValueError(f"{c.algorithm} has no {c.budget_unit}-level guarantee to budget{why}")
+        self.record_visits = None
+        if any(v.charge == "visit" for v in self.views):
+            ids = pool.record_ids(torch.arange(pool.size, device=device))
+            self.record_visits = torch.zeros(int(ids.max()) + 1, dtype=torch.int64, device=device)
+        self.max_visits = 0
+        self.ledgers: Dict[str, Ledger] = {}
+        self.last_step, self.visit_cap, self.pass_cap, self.schedule = c.steps, math.inf, math.inf, None
+        p = self.primary
+        if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
+            kind = accountant_for(p.event)
+            if p.charge == "step":
+                self.schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation,
+                                                accountant=kind)
+                self.last_step = self.schedule.last_step
+            elif p.charge == "pass":
+                passes = math.ceil(c.steps / plan.steps_per_pass)
+                self.pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
+                                          limit=passes)
+                self.last_step = min(c.steps, self.pass_cap * plan.steps_per_pass)
+            else:
+                self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
+                                           limit=c.steps * max(1, self.multiplicity))  # k visits a step at most
+        if p is not None and p.event is not None and (self.last_step == 0 or self.visit_cap == 0):
+            raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
+                             f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise (--noise) or the "
+                             "budget (--epsilon)")
+        self._spent_cache = (None, 0.0)
+
+    def ledger_mismatch(self, found: Dict[str, Ledger]) -> Optional[str]:
+        """Why the ledgers already in a run folder (file name -> ledger) cannot be continued by this run,
+        or None: each must belong to one of this run's views, under its relation and unit, and hold only
+        that view's event (the budget schedule composes one event; mixing would mis-state the spent
+        budget)."""
+        expected = {f"ledger-{v.key}.jsonl": v for v in self.views if v.event is not None}
+        missing = sorted(set(expected) - set(found))
+        if found and missing:  # a run creates all its ledgers at once: one is gone, with its spent budget
+            return (f"{', '.join(missing)} is missing while {', '.join(sorted(found))} is there: the releases it "
+                    "recorded would be forgotten (restore it)")
+        for name, ledger in found.items():
+            v = expected.get(name)
+            if v is None:
+                return f"{name} belongs to a view this run does not have ({', '.join(expected) or 'none'})"
+            if (ledger.relation, ledger.unit) != (v.relation, v.unit):
+                return (f"{name} is a {ledger.unit} ledger under the {ledger.relation} relation, this run's {v.key} "
+                        f"view is {v.unit} under {v.relation}")
+            other = next((r for r in ledger.entries if r.event != v.event), None)
+            if other is not None:
+                return (f"{name} entry {other.index} released {other.event.describe()}, this run's {v.key} view "
+                        f"releases {v.event.describe()}")
+        return None
+
+    def open_ledgers(self, out: Path, resume: bool) -> None:
+        """Opens each view's ledger in ``out`` (repairing a torn final line when resuming) or creates it."""
+        c = self.config
+        for v in self.views:
+            if v.event is None:
+                continue
+            path = out / f"ledger-{v.key}.jsonl"
+            meta = {"config": _json_safe(dataclasses.asdict(c)), "view": v.key, "adversary": v.adversary,
+                    "charge": v.charge, "basis": v.basis, "note": v.reason}
+            self.ledgers[v.key] = (Ledger.open(path, repair=True) if resume and path.exists()
+                                   else Ledger.create(path, v.relation, v.unit, c.delta, metadata=meta))
+
+    def _views(self):
+        return run_views(self.pool, self.config, self.policy.private, plan=self.plan, multiplicity=self.multiplicity)[1]
+
+    # -- budget ------------------------------------------------------------------------------------
+    @property
+    def primary_ledger(self) -> Optional[Ledger]:
+        return self.ledgers.get(self.primary.key) if self.primary is not None else None
+
+    def releases(self, done: int) -> int:
+        """Steps on record for the budget: the primary ledger's entries for a per-step charge, else ``done``."""
+        ledger = self.primary_ledger
+        if ledger is not None and self.primary.charge == "step":
+            return len(ledger.entries)
+        return done
+
+    def spent(self) -> float:
+        """The budget view's certified epsilon so far (the schedule's, or recomputed when the ledger grows)."""
+        ledger = self.primary_ledger
+        if ledger is None:
+            return 0.0
+        if self.schedule is not None and len(ledger.entries) <= self.schedule.checkpoints[-1]:
+            return self.schedule.epsilon_after(len(ledger.entries))
+        if self._spent_cache[0] != len(ledger.entries):
+            self._spent_cache = (len(ledger.entries),
+                                 ledger.spent(self.config.delta, kind=accountant_for(self.primary.event)))
+        return self._spent_cache[1]
+
+    def visits_on_record(self) -> int:
+        """The visits charged to a visit-charged budget view's ledger: after a resume from an older (or a
+        lost) checkpoint they exceed the checkpoint's count, and the budget must count them all."""
+        ledger = self.primary_ledger
+        if ledger is None or self.primary.charge != "visit":
+            return self.max_visits
+        return sum(r.count for r in ledger.entries)
+
+    def charge(self, step: int, new_pass: bool, visits_added: int) -> None:
+        """Appends this step's releases to every view's ledger (before anything uses them)."""
+        for v in self.views:
+            ledger = self.ledgers.get(v.key)
+            if ledger is None:
+                continue
+            if v.charge == "step" or (v.charge == "pass" and new_pass):
+                ledger.append(v.event, step=step)
+            elif v.charge == "visit" and visits_added > 0:
+                ledger.append(v.event, visits_added, step=step)
+
+    def count_visits(self, rows: torch.Tensor, weights: torch.Tensor) -> Optional[torch.Tensor]:
+        """The record visits after this step (not yet committed), or None when no view counts visits."""
+        if self.record_visits is None:
+            return None
+        ids = self.pool.record_ids(rows[weights > 0]).reshape(-1)
+        return self.record_visits + torch.bincount(ids, minlength=self.record_visits.numel())
+
+    def report(self, steps: int) -> dict:
+        c = self.config
+        entries = []
+        for v in self.views:
+            ledger = self.ledgers.get(v.key)
+            kind = accountant_for(v.event)
+            eps = ledger.spent(c.delta, kind=kind) if ledger is not None else None
+            entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
+                            "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
+                            "epsilon": eps if eps is not None and math.isfinite(eps) else None,
+                            "guarantee": ("none" if eps is None or not math.isfinite(eps) else "upper bound"),
+                            "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
+                            "accountant": kind if ledger is not None else None, "note": v.reason})
+        plan = self.plan
+        return {
+            "algorithm": c.algorithm, "private": c.private, "budget_unit": c.budget_unit if c.private else None,
+            "delta": c.delta if c.private else None, "target_epsilon": c.epsilon if math.isfinite(c.epsilon) else None,
+            "steps": steps, "last_step_within_budget": self.last_step,
+            "sampling": {"scheme": plan.scheme, "pool": plan.pool, "rate": plan.rate or None,
+                         "batch": plan.batch or None, "steps_per_pass": plan.steps_per_pass,
+                         "expected_batch": self.expected},
+            "record_multiplicity": self.multiplicity, "max_record_visits": self.max_visits or None,
+            "clip_policy": c.clip_policy, "final_clip": self.policy.threshold,
+            "accountant": ("certified upper bound from each view's ledger: pld, or rdp where pld has no dominating "
+                           "pair (fixed-size batches)") if c.private else None,
+            "views": entries,
+            "note": None if c.private else "non-private: no privacy guarantee",
+        }
+
+    def state(self) -> dict:
+        return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),
+                "policy": self.policy.state_dict(), "max_visits": self.max_visits,
+                "record_visits": None if self.record_visits is None else self.record_visits.cpu(),
+                "ledgers": {k: (len(l.entries), l.head) for k, l in self.ledgers.items()}}
+
+    def load(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.noise_gen.set_state(state["noise_generator"])
+        self.policy.load_state_dict(state["policy"])
+        self.max_visits = state["max_visits"]
+        if self.record_visits is not None:
+            self.record_visits.copy_(state["record_visits"])
+        for key, (length, head) in state["ledgers"].items():  # raises unless each ledger extends what was saved
+            self.ledgers[key].check_prefix(length, head)
+
+    def close(self) -> None:
+        for ledger in self.ledgers.values():
+            ledger.close()
