@@ -2,8 +2,8 @@
 
 The few-shot private image classification (FS-PIC) model of the privacy-enhanced few-shot paper
 (``../shared/papers/privacy-enhanced-few-shot.txt``, Sec. IV and its Algorithm 1): every episode's
-support and query images are obfuscated (``metadp.mechanisms.image``: DP-Pix, pixelization, Gaussian
-blur or Gaussian noise), optionally passed through a DnCNN-style residual denoiser (Zhang et al. 2017,
+support and query images are obfuscated (``metadp.mechanisms.dp_pix``: DP-Pix;
+``metadp.mechanisms.obfuscation``: pixelization, Gaussian blur or Gaussian noise), optionally passed through a DnCNN-style residual denoiser (Zhang et al. 2017,
 arXiv:1608.03981), embedded by the Conv-4 feature extractor (``models.Conv4(...).features``) and
 classified by a prototypical network (Snell, Swersky & Zemel 2017, arXiv:1703.05175): the softmax over
 minus the squared Euclidean distances from each query embedding to the class means of the support
@@ -16,8 +16,8 @@ at training time. A user then obfuscates the support and query images of a task 
 them; the denoiser and the embedding are post-processing of what the user released. The guarantee
 that matters is therefore the *user's* against the server that receives the obfuscated images: per
 released image, epsilon-DP for m-pixel neighbours under DP-Pix (Fan 2018), and none at all under
-pixelization, blur or Gaussian noise (``image.guarantee``). Every fresh obfuscation of the same image
-is another release, and releases compose (``image.dp_pix_event(eps, n)``): a training image drawn into
+pixelization, blur or Gaussian noise (``obfuscation.guarantee``). Every fresh obfuscation of the same
+image is another release, and releases compose (``dp_pix.dp_pix_event``): a training image drawn into
 n episodes is released n times, which :func:`privacy_report` states with the composed epsilon.
 
 No state crosses episodes except the trained weights: the denoiser normalises with GroupNorm (per
