@@ -51,6 +51,7 @@ import math
 from typing import Optional, Tuple
 
 from metadp.core import events as ev
+from metadp.sampling import Guarantee, of_run
 
 __all__ = ["View", "SamplingPlan", "ALGORITHMS", "PRIVATE_ALGORITHMS", "views", "default_unit"]
 
@@ -81,29 +82,9 @@ class SamplingPlan:
     steps_per_pass: int = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class View:
-    """One guarantee of a run (module docstring).
-
-    Attributes:
-        key: file-name-safe name ("task", "record", "record-vs-server", "record-vs-meta-learner").
-        unit: the ledger's unit, "task" or "record".
-        adversary: who may see what, in words.
-        relation: "add_remove" or "substitute".
-        charge: "step" (event per release), "pass" (per pass) or "visit" (per visit of the worst record).
-        event: the event charged, or None when this unit has no guarantee (``reason`` says why).
-        basis: the theorem it rests on.
-        reason: why there is no guarantee, or a caveat the report must carry.
-    """
-
-    key: str
-    unit: str
-    adversary: str
-    relation: str
-    charge: str
-    event: Optional[ev.Event]
-    basis: str
-    reason: str = ""
+View = Guarantee
+"""One guarantee of a run (module docstring; ``metadp.sampling.Guarantee``): key, unit, adversary, relation,
+charge ("step", "pass" or "visit"), event (None: no guarantee, ``reason`` says why), basis, reason."""
 
 
 def default_unit(algorithm: str) -> str:
@@ -112,13 +93,10 @@ def default_unit(algorithm: str) -> str:
 
 
 def _central(plan: SamplingPlan, z: float) -> Tuple[str, str, ev.Event, str]:
-    """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z."""
-    inner = ev.Gaussian(z)
-    if plan.scheme == "poisson":
-        return "add_remove", "step", ev.PoissonSampled(plan.rate, inner), _REFS["poisson"]
-    if plan.scheme == "fixed":
-        return "substitute", "step", ev.FixedSizeSampled(plan.batch, plan.pool, inner, 2.0), _REFS["fixed"]
-    return "add_remove", "pass", inner, _REFS["one-pass"]
+    """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z, as the
+    run's sampling scheme gives them (``metadp.sampling``)."""
+    scheme = of_run(plan)
+    return scheme.relation, scheme.charge, scheme.charge_event(ev.Gaussian(z)), scheme.basis
 
 
 def _central_record(plan: SamplingPlan, s: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
