@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from metadp.core.validation import check_count, check_delta, check_positive, check_probability
+from metadp.core.validation import check_count, check_delta, check_positive
 from metadp.core import events as ev
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.accounting.registry import ACCOUNTANTS

@@ -4,7 +4,8 @@ A plan names one unit (``record``, ``task`` or ``group``); where the plan also s
 built from records (a ``[[hierarchy]]`` of episodic levels), the other meaningful unit is reported
 beside it, because a task-level number says nothing about one record that appears in many episodes.
 
-Views (one step's event, the relation, and why):
+Views (one step's event, the relation, and why), each a ``metadp.sampling.Guarantee`` that the plan's
+sampling scheme builds (``Sampling.guarantees`` in ``metadp.sampling.schemes``):
 
 * task or record, Poisson / fixed-size / no sampling: the plan's own step (``PoissonSampled``,
   ``FixedSizeSampled``, or the bare mechanism); ``group``: the same inside ``Group(k, .)``.

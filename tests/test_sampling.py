@@ -150,3 +150,16 @@ def test_a_new_scheme_reaches_plans_and_reports_from_one_registry(monkeypatch):
     table = report.to_table()
     assert "each task is drawn by the toy scheme with probability 0.01" in table
     assert "toy, rate 0.01" in table and report.sampling["scheme"] == "toy"
+
+
+def test_the_sampling_layer_imports_only_the_layers_below_it():
+    import ast
+    import pathlib
+
+    import metadp.sampling
+
+    allowed = ("metadp.core", "metadp.amplification", "metadp.sampling")
+    for path in pathlib.Path(metadp.sampling.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("metadp"):
+                assert node.module.startswith(allowed), (path.name, node.module)

@@ -3,7 +3,8 @@
 Layer: above ``amplification`` and ``accounting``, below ``plan``/``units``/``report``, ``training`` and
 ``verify``; it imports only ``core`` and ``amplification``.
 
-Each sampling scheme is one frozen dataclass (``schemes``), whose fields are its parameters, giving:
+Each sampling scheme is one frozen dataclass (``schemes``; the base class and the registries in
+``base``), whose fields are its parameters, giving:
 
 * ``step_event(inner)``: one step's event for one unit, as sampled (what the accountants compose);
   ``charge_event(inner)`` the event of one charge and ``releases(steps)`` how many charges;
@@ -31,29 +32,18 @@ basis and citations, and the certified epsilon interval once an accountant has c
 reports (``metadp.units``) and the trainer's views (``metadp.training.privacy.View``) are Guarantees.
 
 **To add a sampling scheme**: write one dataclass in ``metadp/sampling/schemes.py`` (subclass
-``Sampling``; its fields, ``from_table``, ``step_event``, ``assumptions``, ``text``, and the class
-attributes above) and add it to ``SCHEMES`` (plan files) and/or ``RUN_SCHEMES`` (the trainer); add its
-tests to ``tests/test_sampling.py``. Plans, unit views, reports, the trainer's ``_central`` and the
-samplers' ``*_event`` methods read it from there.
+``Sampling`` from ``base``; its fields, ``from_table``, ``step_event``, ``assumptions``, ``text``, and the
+class attributes above), decorated with ``@register(...)`` (plan files, the trainer's ``--sampler``
+name), and add its tests to ``tests/test_sampling.py``. Nothing else changes: plans, unit views,
+reports, the trainer's ``_central`` and the samplers' ``*_event`` methods read it from there.
 """
 
 from metadp.sampling.guarantee import EVERYONE, Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, record_events, top_unit_shift
-from metadp.sampling.schemes import (
-    NOT_IN_PLANS,
-    RUN_SCHEMES,
-    SCHEMES,
-    BallsInBins,
-    Episodic,
-    FixedSize,
-    NoSampling,
-    Poisson,
-    Sampling,
-    Shuffle,
-    from_record,
-    of_run,
-)
+from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_run, register
+from metadp.sampling.schemes import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
 
 __all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic",
-           "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_run", "parse_hierarchy",
+           "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_run", "register",
+           "parse_hierarchy",
            "episode_shift", "top_unit_shift", "record_events", "LEVEL_KEYS"]

@@ -1,115 +1,20 @@
-"""The sampling schemes: one frozen dataclass each (``metadp.sampling`` docstring)."""
+"""The sampling schemes: one frozen dataclass each, registered for plan files and the trainer by
+``@register`` (``metadp.sampling`` docstring: what each gives, and how to add one)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import ClassVar, Mapping, Optional, Tuple
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
 from metadp.amplification.multistage import Hierarchy
 from metadp.sampling import hierarchy as hi
+from metadp.sampling.base import Sampling, _counts, register
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic", "BallsInBins", "SCHEMES",
-           "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_run"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """How units are chosen for each step; subclasses are the schemes (fields: their parameters)."""
-
-    scheme: ClassVar[str]  # the name in plan files (``sampling.scheme``) and reports
-    relation: ClassVar[str] = "add_remove"  # the relation it is analysed under (the plan's default)
-    relations: ClassVar[Tuple[str, ...]] = ("add_remove",)  # the relations a plan may state
-    relation_note: ClassVar[str] = ""  # why, appended to the refusal of another relation
-    charge: ClassVar[str] = "step"  # what one event is charged for: "step" or "pass"
-    citations: ClassVar[Tuple[str, ...]] = ()  # keys in metadp.citations
-    warnings: ClassVar[Tuple[str, ...]] = ()  # what every report of it must say
-    basis: ClassVar[str] = ""  # the theorem, in words (training reports)
-    hierarchy_use: ClassVar[Optional[str]] = None  # "episodes" (required), "tasks" (optional) or None
-
-    def step_event(self, inner: ev.Event) -> ev.Event:
-        """One step for one unit, as sampled (no group, no hierarchy)."""
-        raise NotImplementedError
-
-    def charge_event(self, inner: ev.Event) -> ev.Event:
-        """The event of one charge (``charge``): a step's, or a pass's."""
-        return self.step_event(inner)
-
-    def releases(self, steps: int) -> int:
-        """How many charges ``steps`` steps make."""
-        return steps
-
-    def contributor(self, unit: str) -> str:
-        """Whose clipped contribution a step's sum adds up ("per-<this>")."""
-        return unit
-
-    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
-        """The sampling assumptions the report prints (``how``: the primary guarantee's derivation)."""
-        raise NotImplementedError
-
-    def text(self, unit: str) -> str:
-        """The report table's sampling row."""
-        raise NotImplementedError
-
-    def latex(self) -> str:
-        """The LaTeX row's sampling cell."""
-        return self.scheme
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The report's ``sampling`` record (the keys of ``metadp plan --json``)."""
-        return {"scheme": self.scheme, "population": getattr(self, "population", None),
-                "batch_size": getattr(self, "batch_size", None), "rate": getattr(self, "rate", None)}
-
-    @classmethod
-    def from_record(cls, d: Mapping) -> "Sampling":
-        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls) if f.name != "hierarchy"})
-
-    def steps_for_epochs(self, epochs) -> int:
-        """Steps in ``epochs`` passes over the population (expected, for Poisson), rounded up."""
-        epochs = check_positive("epochs", epochs)
-        expected = self.expected_batch
-        if not expected or not getattr(self, "population", None):
-            raise ValueError("epochs needs sampling.population and sampling.batch_size (or rate) to count steps")
-        steps = epochs * self.population / expected
-        if not steps <= ev.MAX_COUNT:
-            raise ValueError(f"epochs = {epochs:g} gives {steps:.4g} steps; at most {ev.MAX_COUNT} steps are allowed "
-                             "(fewer epochs or a larger batch)")
-        return int(math.ceil(steps - 1e-9))
-
-    @property
-    def expected_batch(self) -> Optional[float]:
-        return getattr(self, "batch_size", None)
-
-    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
-                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
-        """Every meaningful unit's guarantee of a plan with this sampling, the plan's ``unit`` first."""
-        step = self.step_event(inner)
-        if unit == "group":
-            step = ev.Group(group_size, step)
-        return (self._own(unit, relation, step, steps, "the plan's step"),)
-
-    def _own(self, unit, relation, event, steps, how) -> Guarantee:
-        return Guarantee.of_plan(unit, relation, (event,), steps, how, True, charge=self.charge, basis=self.basis,
-                                 citations=self.citations)
-
-
-def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
-    """(population, batch_size, rate) of a ``[sampling]`` table, each validated where given."""
-    if "episodes" in d:
-        raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
-    population, batch, rate = d.get("population"), d.get("batch_size"), d.get("rate")
-    if population is not None:
-        population = check_count("sampling.population", population, minimum=1)
-    if batch is not None:
-        batch = check_count("sampling.batch_size", batch, minimum=0)
-        if population is not None and batch > population:
-            raise ValueError(f"sampling.batch_size must be <= sampling.population ({population}), got {batch}")
-    if rate is not None:
-        rate = check_probability("sampling.rate", rate)
-    return population, batch, rate
+__all__ = ["Poisson", "FixedSize", "NoSampling", "Episodic", "Shuffle", "BallsInBins"]
 
 
 class _TaskSlots:
@@ -131,6 +36,7 @@ class _TaskSlots:
                                         how, citations=Episodic.citations),)
 
 
+@register(run="poisson")
 @dataclasses.dataclass(frozen=True)
 class Poisson(_TaskSlots, Sampling):
     """Each unit joins each step independently with probability ``rate`` (add/remove; Mironov, Talwar &
@@ -221,6 +127,7 @@ class _Batches(Sampling):
         return self.batch_size / self.population
 
 
+@register(run="fixed")
 @dataclasses.dataclass(frozen=True)
 class FixedSize(_TaskSlots, _Batches):
     """A uniformly random subset of exactly ``batch_size`` of ``population`` units, without replacement:
@@ -261,44 +168,7 @@ class FixedSize(_TaskSlots, _Batches):
         return self.batch_size, 1.0, ""
 
 
-@dataclasses.dataclass(frozen=True)
-class Shuffle(_Batches):
-    """Shuffled passes: each pass cuts a shuffled population into batches, so each unit is in one step per
-    pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
-
-    scheme: ClassVar[str] = "shuffle"
-    relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
-    charge: ClassVar[str] = "pass"
-    citations: ClassVar[Tuple[str, ...]] = ("chua2024private",)
-    warnings: ClassVar[Tuple[str, ...]] = (
-        "shuffled fixed-size batches have no known amplification bound: this is the single-Gaussian epsilon per "
-        "pass. Poisson accounting of the same batches would understate epsilon (by up to ~20x at z <= 2, Chua et "
-        "al. 2024)",)
-    basis: ClassVar[str] = "shuffled passes, each unit in one step a pass: one release per pass, no amplification"
-
-    def step_event(self, inner: ev.Event) -> ev.Event:
-        return inner  # the unit's one release of the pass (charged per pass)
-
-    def releases(self, steps: int) -> int:
-        return math.ceil(steps * self.batch_size / self.population - 1e-9)
-
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
-        passes = self.releases(steps)
-        step = inner if unit != "group" else ev.Group(group_size, inner)
-        how = (f"{steps:,} steps of {self.batch_size:,} cut from shuffled passes over {self.population:,}: each unit "
-               f"is in one step per pass, so {passes:,} Gaussian release(s), no amplification")
-        return (self._own(unit, relation, step, passes, how),)
-
-    def assumptions(self, unit, how=None):
-        return (how or "shuffled passes",
-                "the partition's shape does not depend on whether the unit is present (a zero-out reading of "
-                "add/remove)")
-
-    def text(self, unit):
-        return (f"shuffled passes: {self.population:,} {unit}s cut into batches of {self.batch_size:,} "
-                "(each in one step per pass)")
-
-
+@register()
 @dataclasses.dataclass(frozen=True)
 class NoSampling(Sampling):
     """Every unit in every step (full batch)."""
@@ -330,6 +200,7 @@ class NoSampling(Sampling):
         return f"none: every {unit} in every step"
 
 
+@register()
 @dataclasses.dataclass(frozen=True)
 class Episodic(Sampling):
     """``episodes`` independent episodes a step, each drawn level by level through ``hierarchy``
@@ -412,6 +283,48 @@ class Episodic(Sampling):
         return f"episodic (${self.episodes}$ per step)"
 
 
+@register()
+@dataclasses.dataclass(frozen=True)
+class Shuffle(_Batches):
+    """Shuffled passes: each pass cuts a shuffled population into batches, so each unit is in one step per
+    pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
+
+    scheme: ClassVar[str] = "shuffle"
+    relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
+    charge: ClassVar[str] = "pass"
+    citations: ClassVar[Tuple[str, ...]] = ("chua2024private",)
+    warnings: ClassVar[Tuple[str, ...]] = (
+        "shuffled fixed-size batches have no known amplification bound: this is the single-Gaussian epsilon per "
+        "pass. Poisson accounting of the same batches would understate epsilon (by up to ~20x at z <= 2, Chua et "
+        "al. 2024)",)
+    basis: ClassVar[str] = "shuffled passes, each unit in one step a pass: one release per pass, no amplification"
+
+    def step_event(self, inner: ev.Event) -> ev.Event:
+        return inner  # the unit's one release of the pass (charged per pass)
+
+    def releases(self, steps: int) -> int:
+        return math.ceil(steps * self.batch_size / self.population - 1e-9)
+
+    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+        passes = self.releases(steps)
+        step = inner if unit != "group" else ev.Group(group_size, inner)
+        how = (f"{steps:,} steps of {self.batch_size:,} cut from shuffled passes over {self.population:,}: each unit "
+               f"is in one step per pass, so {passes:,} Gaussian release(s), no amplification")
+        return (self._own(unit, relation, step, passes, how),)
+
+    def assumptions(self, unit, how=None):
+        return (how or "shuffled passes",
+                "the partition's shape does not depend on whether the unit is present (a zero-out reading of "
+                "add/remove)")
+
+    def text(self, unit):
+        return (f"shuffled passes: {self.population:,} {unit}s cut into batches of {self.batch_size:,} "
+                "(each in one step per pass)")
+
+
+@register(plan=False, run="one-pass", refusal=(
+    "sampling.scheme = 'balls_in_bins' is not in plan files yet: use metadp.amplification.random_allocation_epsilon "
+    "(a Monte Carlo bound with a confidence level)"))
 @dataclasses.dataclass(frozen=True)
 class BallsInBins(Sampling):
     """One pass of ``steps_per_pass`` steps: each unit independently goes to a uniformly random step
@@ -454,25 +367,3 @@ class BallsInBins(Sampling):
 
     def text(self, unit):
         return f"balls in bins: each {unit} in one uniformly random step of each {self.steps_per_pass:,}-step pass"
-
-
-SCHEMES: Dict[str, type] = {cls.scheme: cls for cls in (Poisson, FixedSize, NoSampling, Episodic, Shuffle)}
-"""The schemes a plan file may name (``sampling.scheme``), in the order error messages list them."""
-
-RUN_SCHEMES: Dict[str, type] = {"poisson": Poisson, "fixed": FixedSize, "one-pass": BallsInBins}
-"""The trainer's ``--sampler`` names."""
-
-NOT_IN_PLANS: Dict[str, str] = {
-    BallsInBins.scheme: ("sampling.scheme = 'balls_in_bins' is not in plan files yet: use "
-                         "metadp.amplification.random_allocation_epsilon (a Monte Carlo bound with a confidence level)"),
-}
-
-
-def from_record(d: Mapping) -> Sampling:
-    """The scheme of a report's ``sampling`` record (``Sampling.to_dict``)."""
-    return SCHEMES[d["scheme"]].from_record(d)
-
-
-def of_run(plan) -> Sampling:
-    """The scheme of a training run's ``SamplingPlan`` (scheme, pool, rate, batch, steps_per_pass)."""
-    return RUN_SCHEMES[plan.scheme].of_run(plan.pool, plan.rate, plan.batch, plan.steps_per_pass)
