@@ -45,7 +45,9 @@ class Poisson(_TaskSlots, Sampling):
     rate: float
     population: Optional[int] = None
     batch_size: Optional[int] = None  # the expected batch, where the plan gave it
-    hierarchy: Optional[Hierarchy] = None  # how each task is drawn from records
+    # how each task is drawn from records (the record view); not part of the task sampling itself: the plan
+    # compares its own hierarchy
+    hierarchy: Optional[Hierarchy] = dataclasses.field(default=None, compare=False)
 
     scheme: ClassVar[str] = "poisson"
     citations: ClassVar[Tuple[str, ...]] = ("mironov2019sampled",)
@@ -134,7 +136,9 @@ class FixedSize(_TaskSlots, _Batches):
     substitution only, where a clipped sum moves by 2C (Balle, Barthe & Gaboardi 2018; Wang, Balle &
     Kasiviswanathan 2019)."""
 
-    hierarchy: Optional[Hierarchy] = None  # how each task is drawn from records
+    # how each task is drawn from records (the record view); not part of the task sampling itself: the plan
+    # compares its own hierarchy
+    hierarchy: Optional[Hierarchy] = dataclasses.field(default=None, compare=False)
 
     scheme: ClassVar[str] = "fixed"
     relation: ClassVar[str] = "substitute"
