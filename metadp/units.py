@@ -27,7 +27,6 @@ from typing import Tuple
 
 from metadp.sampling import Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, top_unit_shift
-from metadp.sampling.hierarchy import record_events as _record_events  # noqa: F401  (the samplers' tests)
 
 __all__ = ["UnitView", "parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "LEVEL_KEYS"]
 
