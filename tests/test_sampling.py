@@ -163,3 +163,38 @@ def test_the_sampling_layer_imports_only_the_layers_below_it():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("metadp"):
                 assert node.module.startswith(allowed), (path.name, node.module)
+
+
+@pytest.mark.parametrize("sampling,extra,message", [
+    ({"scheme": "fixed", "population": 100, "batch_size": 10}, {"relation": "add_remove"},
+     "relation must be 'substitute' for sampling.scheme = 'fixed' (fixed-size sampling is analysed under "
+     "substitution, Balle, Barthe & Gaboardi 2018)"),
+    ({"scheme": "poisson", "rate": 0.1}, {"relation": "substitute"},
+     "relation must be 'add_remove' for sampling.scheme = 'poisson'"),
+    ({"scheme": "episodic", "episodes": 4}, {},
+     "sampling.scheme = 'episodic' needs the [[hierarchy]] levels (how an episode is drawn)"),
+    ({"scheme": "episodic", "episodes": 4}, {"hierarchy": HIERARCHY, "epochs": 2, "steps": None},
+     "epochs does not apply to sampling.scheme = 'episodic' (episodes are drawn afresh): give steps"),
+    ({"scheme": "shuffle", "population": 100, "batch_size": 10}, {"hierarchy": HIERARCHY},
+     "[[hierarchy]] applies to sampling.scheme = 'episodic', or to 'poisson'/'fixed' task sampling"),
+    ({"scheme": "balls_in_bins"}, {}, "sampling.scheme = 'balls_in_bins' is not in plan files yet"),
+])
+def test_plan_refusals_read_the_scheme(sampling, extra, message):
+    d = plan_dict(sampling, **extra)
+    d = {k: v for k, v in d.items() if v is not None}
+    with pytest.raises(ValueError) as err:
+        Plan.from_dict(d)
+    assert str(err.value).startswith(message)
+
+
+def test_relations_and_epochs_follow_the_scheme():
+    shuffle = Plan.from_dict(plan_dict({"scheme": "shuffle", "population": 100, "batch_size": 10},
+                                       relation="substitute"))
+    assert shuffle.relation == "substitute" and shuffle.units()[0].charge == "pass"
+    fixed = Plan.from_dict(plan_dict({"scheme": "fixed", "population": 100, "batch_size": 10}))
+    assert fixed.relation == "substitute"  # the scheme's relation is the plan's default
+    epochs = {k: v for k, v in plan_dict({"scheme": "none"}, epochs=3).items() if k != "steps"}
+    assert Plan.from_dict(epochs).steps == 3  # full batch: one step an epoch
+    epochs = {k: v for k, v in plan_dict({"scheme": "poisson", "population": 100, "batch_size": 30}, epochs=2).items()
+              if k != "steps"}
+    assert Plan.from_dict(epochs).steps == 7  # 2 x 100 / 30 = 6.67 expected steps, rounded up
