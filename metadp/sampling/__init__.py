@@ -9,7 +9,8 @@ Each sampling scheme is one frozen dataclass (``schemes``; the base class and th
 * ``step_event(inner)``: one step's event for one unit, as sampled (what the accountants compose);
   ``charge_event(inner)`` the event of one charge and ``releases(steps)`` how many charges;
 * ``relation`` (the relation it is analysed under; ``relations`` those a plan may state) and
-  ``charge`` ("step" or "pass");
+  ``charge`` ("step" or "pass"); ``Episodic`` gives its units' events by ``record_events`` and
+  ``unit_event`` (they depend on the clipping), its ``step_event`` being the release itself;
 * ``assumptions(unit, how)``, ``warnings`` and ``citations`` (keys in ``metadp.citations``): what a
   report of it prints;
 * ``guarantees(unit, relation, inner, steps, ...)``: every meaningful unit's ``Guarantee`` of a plan;
@@ -23,7 +24,7 @@ Poisson         poisson          PoissonSampled(q, inner)                      a
 FixedSize       fixed            FixedSizeSampled(m, n, inner)                 substitute  step
 NoSampling      none             inner                                         either      step
 Shuffle         shuffle          inner, once per pass                          either      pass
-Episodic        episodic         EpisodicSampled(L, P_U, r, inner, shift)      add_remove  step
+Episodic        episodic         record: EpisodicSampled(L, P_U, r, inner, s)  add_remove  step
 BallsInBins     (trainer only)   inner, once per pass                          add_remove  pass
 ==============  ===============  ============================================  ==========  ======
 
@@ -45,5 +46,4 @@ from metadp.sampling.schemes import BallsInBins, Episodic, FixedSize, NoSampling
 
 __all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic",
            "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_run", "register",
-           "parse_hierarchy",
-           "episode_shift", "top_unit_shift", "record_events", "LEVEL_KEYS"]
+           "parse_hierarchy", "episode_shift", "top_unit_shift", "record_events", "LEVEL_KEYS"]
