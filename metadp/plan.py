@@ -16,20 +16,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from metadp.core.validation import check_count, check_delta, check_positive, check_probability
+from metadp.core.validation import check_count, check_delta, check_positive
 from metadp.core import events as ev
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
 from metadp.report import Report, build_report
-from metadp.units import parse_hierarchy, unit_views
+from metadp.units import unit_views
+from metadp.sampling import NOT_IN_PLANS, SCHEMES, Sampling, parse_hierarchy
 from metadp.amplification.multistage import Hierarchy
 
 __all__ = ["Plan", "SamplingSpec", "NoiseSpec", "load_plan", "loads_plan", "default_plan", "plan_epsilon", "UNITS"]
 
 UNITS = ("record", "task", "group")
-SCHEMES = ("poisson", "fixed", "none", "episodic", "shuffle")
 MECHANISMS = ("gaussian", "laplace")
 CLIPPING = ("per_episode", "per_example")
 _TOP_KEYS = ("name", "description", "unit", "group_size", "relation", "delta", "steps", "epochs", "accountant",
@@ -37,10 +37,6 @@ _TOP_KEYS = ("name", "description", "unit", "group_size", "relation", "delta", "
 _SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes")
 _NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise")
 _CLAIM_KEYS = ("epsilon", "source")
-_PLANNED = {
-    "balls_in_bins": ("sampling.scheme = 'balls_in_bins' is not in plan files yet: use "
-                      "metadp.amplification.random_allocation_epsilon (a Monte Carlo bound with a confidence level)"),
-}
 
 
 def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
@@ -68,62 +64,16 @@ def _table(d: Mapping, key: str) -> Mapping:
     return value
 
 
-@dataclasses.dataclass(frozen=True)
 class SamplingSpec:
-    """How units are chosen for each step."""
+    """Parses a plan's ``[sampling]`` table into its scheme (``metadp.sampling``: ``Poisson``,
+    ``FixedSize``, ``NoSampling``, ``Episodic``, ``Shuffle``), which ``Plan.sampling`` holds."""
 
-    scheme: str  # poisson | fixed | none | episodic | shuffle
-    population: Optional[int] = None  # units available for sampling
-    batch_size: Optional[int] = None  # expected (poisson) or exact (fixed, shuffle) units per step
-    rate: Optional[float] = None  # poisson: inclusion probability (derived from batch_size if absent)
-    episodes: Optional[int] = None  # episodic: episodes drawn independently per step
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "SamplingSpec":
+    @staticmethod
+    def from_dict(d: Mapping) -> Sampling:
         _check_keys(d, _SAMPLING_KEYS, "sampling.")
-        if d.get("scheme") in _PLANNED:
-            raise ValueError(_PLANNED[d["scheme"]])
-        scheme = _choice("sampling.scheme", d.get("scheme"), SCHEMES)
-        if scheme == "episodic":
-            extra = [k for k in ("population", "batch_size", "rate") if k in d]
-            if extra:
-                raise ValueError(f"sampling.{extra[0]} does not apply to sampling.scheme = 'episodic': give "
-                                 "sampling.episodes and the [[hierarchy]] levels")
-            if "episodes" not in d:
-                raise ValueError("sampling.episodes (episodes drawn per step) is required for sampling.scheme = 'episodic'")
-            return cls(scheme, episodes=check_count("sampling.episodes", d["episodes"], minimum=1, maximum=ev.MAX_COUNT))
-        if "episodes" in d:
-            raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
-        population = d.get("population")
-        batch = d.get("batch_size")
-        rate = d.get("rate")
-        if population is not None:
-            population = check_count("sampling.population", population, minimum=1)
-        if batch is not None:
-            batch = check_count("sampling.batch_size", batch, minimum=0)
-            if population is not None and batch > population:
-                raise ValueError(f"sampling.batch_size must be <= sampling.population ({population}), got {batch}")
-        if rate is not None:
-            rate = check_probability("sampling.rate", rate)
-        if scheme == "none":
-            if rate is not None or batch is not None:
-                raise ValueError("sampling.rate and sampling.batch_size do not apply to sampling.scheme = 'none'")
-            return cls(scheme, population, None, 1.0)
-        if scheme in ("fixed", "shuffle"):
-            if rate is not None:
-                raise ValueError(f"sampling.rate does not apply to sampling.scheme = '{scheme}': give batch_size and population")
-            if batch is None or population is None:
-                raise ValueError(f"sampling.batch_size and sampling.population are required for sampling.scheme = '{scheme}'")
-            if batch == 0:
-                raise ValueError(f"sampling.batch_size must be >= 1 for sampling.scheme = '{scheme}'")
-            return cls(scheme, population, batch, batch / population)
-        if rate is not None and batch is not None:
-            raise ValueError("sampling.rate and sampling.batch_size are mutually exclusive: give one")
-        if rate is None:
-            if batch is None or population is None:
-                raise ValueError("sampling.rate, or sampling.batch_size with sampling.population, is required for 'poisson'")
-            rate = batch / population
-        return cls(scheme, population, batch, rate)
+        if d.get("scheme") in NOT_IN_PLANS:
+            raise ValueError(NOT_IN_PLANS[d["scheme"]])
+        return SCHEMES[_choice("sampling.scheme", d.get("scheme"), tuple(SCHEMES))].from_table(d)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +127,7 @@ class Plan:
     relation: str
     delta: float
     steps: int
-    sampling: SamplingSpec
+    sampling: Sampling  # the scheme (metadp.sampling), with the hierarchy it draws through
     noise: NoiseSpec
     accountant: str = "all"  # rdp | pld | all (every accountant that handles the plan; tightest reported)
     description: str = ""
@@ -205,13 +155,12 @@ class Plan:
         if hierarchy is None and "clipping" in d["noise"]:
             raise ValueError("noise.clipping applies to plans with [[hierarchy]] levels (how a record's appearances "
                              "in episodes move the sum); remove it or add the hierarchy")
-        default_relation = "substitute" if sampling.scheme == "fixed" else "add_remove"
-        relation = _choice("relation", d.get("relation", default_relation), ("add_remove", "substitute"))
-        if sampling.scheme == "fixed" and relation != "substitute":
-            raise ValueError("relation must be 'substitute' for sampling.scheme = 'fixed' (fixed-size sampling "
-                             "is analysed under substitution, Balle, Barthe & Gaboardi 2018)")
-        if sampling.scheme in ("poisson", "episodic") and relation != "add_remove":
-            raise ValueError(f"relation must be 'add_remove' for sampling.scheme = '{sampling.scheme}'")
+        if hierarchy is not None:
+            sampling = dataclasses.replace(sampling, hierarchy=hierarchy)
+        relation = _choice("relation", d.get("relation", sampling.relation), ("add_remove", "substitute"))
+        if relation not in sampling.relations:
+            raise ValueError(f"relation must be '{sampling.relations[0]}' for sampling.scheme = "
+                             f"'{sampling.scheme}'{sampling.relation_note}")
         steps = _steps(d, sampling)
         accountant = _choice("accountant", d.get("accountant", "all"), tuple(ACCOUNTANTS) + ("all",))
         references = tuple(d.get("references", ()))
@@ -253,12 +202,7 @@ class Plan:
 
     def step_event(self) -> ev.Event:
         """The event of one training step for one task/record (as sampled; no group or episodic view)."""
-        inner = self.noise.event()
-        if self.sampling.scheme == "poisson":
-            return ev.PoissonSampled(self.sampling.rate, inner)
-        if self.sampling.scheme == "fixed":
-            return ev.FixedSizeSampled(self.sampling.batch_size, self.sampling.population, inner)
-        return inner
+        return self.sampling.step_event(self.noise.event())
 
     def units(self):
         """Every meaningful unit's view of this plan, its own unit first (``metadp.units``)."""
@@ -279,15 +223,16 @@ def _group_size(d: Mapping, unit: str) -> Optional[int]:
     return None
 
 
-def _hierarchy(d: Mapping, sampling: SamplingSpec, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:
+def _hierarchy(d: Mapping, sampling: Sampling, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:
     if "hierarchy" not in d:
-        if sampling.scheme == "episodic":
-            raise ValueError("sampling.scheme = 'episodic' needs the [[hierarchy]] levels (how an episode is drawn)")
+        if sampling.hierarchy_use == "episodes":
+            raise ValueError(f"sampling.scheme = '{sampling.scheme}' needs the [[hierarchy]] levels (how an episode "
+                             "is drawn)")
         return None
-    if sampling.scheme not in ("episodic", "poisson", "fixed"):
+    if sampling.hierarchy_use is None:
         raise ValueError("[[hierarchy]] applies to sampling.scheme = 'episodic', or to 'poisson'/'fixed' task "
                          "sampling (how each task is drawn from records)")
-    if sampling.scheme != "episodic" and unit != "task":
+    if sampling.hierarchy_use == "tasks" and unit != "task":
         raise ValueError("[[hierarchy]] with task sampling describes how tasks are built from records: it needs "
                          "unit = 'task' (the record-level guarantee is then reported beside it)")
     if unit == "group":
@@ -297,26 +242,13 @@ def _hierarchy(d: Mapping, sampling: SamplingSpec, noise: NoiseSpec, unit: str) 
     return parse_hierarchy(d["hierarchy"])
 
 
-def _steps(d: Mapping, sampling: SamplingSpec) -> int:
+def _steps(d: Mapping, sampling: Sampling) -> int:
     if "steps" in d and "epochs" in d:
         raise ValueError("steps and epochs are mutually exclusive: give one")
-    if "epochs" in d and sampling.scheme == "episodic":
-        raise ValueError("epochs does not apply to sampling.scheme = 'episodic' (episodes are drawn afresh): give steps")
+    if "epochs" in d:
+        return sampling.steps_for_epochs(d["epochs"])
     if "steps" in d:
         return check_count("steps", d["steps"], maximum=ev.MAX_COUNT)
-    if "epochs" in d:
-        epochs = check_positive("epochs", d["epochs"])
-        if sampling.scheme == "none":
-            return check_count("epochs", epochs, maximum=ev.MAX_COUNT)
-        expected = sampling.batch_size if sampling.batch_size is not None else (
-            sampling.rate * sampling.population if sampling.population else None)
-        if not expected or not sampling.population:
-            raise ValueError("epochs needs sampling.population and sampling.batch_size (or rate) to count steps")
-        steps = epochs * sampling.population / expected
-        if not steps <= ev.MAX_COUNT:
-            raise ValueError(f"epochs = {epochs:g} gives {steps:.4g} steps; at most {ev.MAX_COUNT} steps are allowed "
-                             "(fewer epochs or a larger batch)")
-        return int(math.ceil(steps - 1e-9))
     raise ValueError("steps (or epochs) is required")
 
 
@@ -397,8 +329,7 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
         found = _certify(view, plan.delta, names, strict=False, options=options)
         if found:
             a, e, _, lo, n = min(found, key=lambda r: r[1])
-            other_units.append({"unit": view.unit, "relation": view.relation, "epsilon": e, "epsilon_lower": lo,
-                                "accountant": a.name, "how": view.how, "notes": list(n)})
+            other_units.append(view.certified(e, lo, a.name, n).other_unit())
     return build_report(plan, epsilon, order, acc, epsilon_lower=lower, notes=notes,
                         alternatives=[(r[0].name, r[1], r[3]) for r in results] if name == "all" else (),
                         view=primary, other_units=other_units)

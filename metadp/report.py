@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from metadp import __version__
 from metadp.citations import short_reference
+from metadp.sampling import from_record
 
 __all__ = ["Report", "build_report", "format_lower", "format_upper"]
 
@@ -118,7 +119,7 @@ class Report:
             ("unit", f"{self.unit}: {_UNIT_TEXT[self.unit]}"
                      + (f" (group of {self.group_size})" if self.group_size else "")),
             ("relation", _relation_text(self.relation, self.unit)),
-            ("sampling", _sampling_text(self.sampling, "unit" if self.unit == "group" else self.unit)),
+            ("sampling", from_record(self.sampling).text("unit" if self.unit == "group" else self.unit)),
             ("noise", _noise_text(self.noise)),
             ("steps", f"{self.steps:,}"),
         ]
@@ -150,13 +151,7 @@ class Report:
 
     def to_latex(self) -> str:
         """A LaTeX table row (booktabs-style), preceded by a comment naming the columns."""
-        sampling = self.sampling["scheme"]
-        if sampling == "poisson":
-            sampling = f"Poisson ($q={self.sampling['rate']:.4g}$)"
-        elif sampling == "fixed":
-            sampling = f"fixed ${self.sampling['batch_size']}/{self.sampling['population']}$"
-        elif sampling == "episodic":
-            sampling = f"episodic (${self.sampling['episodes']}$ per step)"
+        sampling = from_record(self.sampling).latex()
         noise = (f"$z={self.noise['multiplier']:g}$" if self.noise["mechanism"] == "gaussian"
                  else f"Laplace $b={self.noise['scale']:g}$")
         relation = {"add_remove": "add/remove", "substitute": "substitution"}[self.relation]
@@ -195,20 +190,6 @@ def _relation_text(relation: str, unit: str) -> str:
     return f"substitution: neighbouring datasets differ by one {unit} replaced by another"
 
 
-def _sampling_text(s: Dict[str, Any], unit: str) -> str:
-    if s["scheme"] == "poisson":
-        expected = f" ({s['batch_size']:,} of {s['population']:,} {unit}s expected per step)" if s.get("batch_size") else ""
-        return f"Poisson, rate {s['rate']:.6g}{expected}"
-    if s["scheme"] == "fixed":
-        return f"fixed-size without replacement, {s['batch_size']:,} of {s['population']:,} {unit}s per step"
-    if s["scheme"] == "episodic":
-        return f"episodic: {s['episodes']:,} episodes per step, each drawn level by level through the hierarchy"
-    if s["scheme"] == "shuffle":
-        return (f"shuffled passes: {s['population']:,} {unit}s cut into batches of {s['batch_size']:,} "
-                "(each in one step per pass)")
-    return f"none: every {unit} in every step"
-
-
 def _noise_text(n: Dict[str, Any]) -> str:
     if n["mechanism"] == "gaussian":
         return f"Gaussian, noise multiplier {n['multiplier']:g} (sigma = {n['multiplier']:g} x clip norm)"
@@ -237,9 +218,7 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
         if claimed < epsilon * (1 - 1e-9):
             warnings.append(f"the claimed epsilon {claimed:g} is BELOW the certified upper bound "
                             f"{format_upper(epsilon)}: this analysis does not support the claim")
-    sampling = dataclasses.asdict(plan.sampling)
-    if sampling.get("episodes") is None:
-        sampling.pop("episodes", None)
+    sampling = plan.sampling.to_dict()
     noise = {k: v for k, v in dataclasses.asdict(plan.noise).items() if v is not None}
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
                   sampling=sampling, noise=noise, steps=plan.steps, accountant=accountant.name,
@@ -263,40 +242,15 @@ def _analysis_notes(plan, accountant, order, view=None, other_units=()):
     citations = list(_ACCOUNTANT_CITATIONS[accountant.name])
     warnings = []
     if plan.noise.mechanism == "gaussian":
-        per = {"episodic": "episode", "shuffle": unit}.get(s.scheme, unit)
+        per = s.contributor(unit)
         assumptions.append(f"each step releases the sum of per-{per} contributions, each clipped to L2 norm C, "
                            f"plus Gaussian noise N(0, (zC)^2 I) with z = {plan.noise.multiplier:g}")
     else:
         assumptions.append(f"each step releases a query with L1 sensitivity 1 per {unit} plus Laplace noise of "
                            f"scale {plan.noise.scale:g} per coordinate")
-    if s.scheme == "poisson":
-        assumptions.append(f"each {unit} joins each step's batch independently with probability {s.rate:.6g} "
-                           "(Poisson sampling), independently across steps")
-        citations.append("mironov2019sampled")
-        warnings.append("Poisson sampling is assumed: if the trainer uses fixed-size or shuffled batches, this "
-                        "number does not apply (use sampling.scheme = 'fixed', which costs more)")
-    elif s.scheme == "fixed":
-        assumptions.append(f"each step uses a uniformly random subset of exactly {s.batch_size} of the "
-                           f"{s.population} {unit}s, drawn without replacement, independently across steps")
-        assumptions.append("under substitution a clipped sum moves by up to 2C, so the noise is analysed at "
-                           "half its multiplier (sensitivity doubling)")
-        citations += ["balle2018privacy", "wang2019subsampled"]
-    elif s.scheme == "episodic":
-        assumptions.append(view.how if view is not None else "episodic sampling")
-        assumptions.append("the hierarchy's draws are independent across episodes and steps; the conditioning on "
-                           "the upper levels is the corrected multistage bound (DESIGN.md 3.6, metadp.amplification."
-                           "multistage), verified by exact enumeration (metadp.verify.enumeration)")
-        citations += ["balle2018privacy", "tombs2022privacy"]
-    elif s.scheme == "shuffle":
-        assumptions.append(view.how if view is not None else "shuffled passes")
-        assumptions.append("the partition's shape does not depend on whether the unit is present (a zero-out "
-                           "reading of add/remove)")
-        warnings.append("shuffled fixed-size batches have no known amplification bound: this is the single-Gaussian "
-                        "epsilon per pass. Poisson accounting of the same batches would understate epsilon (by up "
-                        "to ~20x at z <= 2, Chua et al. 2024)")
-        citations.append("chua2024private")
-    else:
-        assumptions.append(f"every {unit} contributes to every step (no sampling, no amplification)")
+    assumptions += s.assumptions(unit, view.how if view is not None else None)
+    citations += s.citations
+    warnings += s.warnings
     if plan.noise.count_noise is not None:
         assumptions.append(f"adaptive clipping: the noisy count of unclipped updates (noise std {plan.noise.count_noise:g}, "
                            f"sensitivity 1/2) is released with the sum on the same sample; both are accounted as one "

@@ -1,9 +1,11 @@
 """Accountants: they interpret events (``metadp.core.events``, re-exported here) as privacy guarantees.
 
-``RdpAccountant`` (fast, loose) and ``PldAccountant`` (tight: a certified interval), looked up by name in
+``RdpAccountant`` (fast, loose) and ``PldAccountant`` (tight: a certified interval; its event -> pairs
+table in ``_pld_pairs``, its lattice bounds in ``_pld_bounds`` and ``_pld_lattice``), looked up by name in
 ``registry.ACCOUNTANTS``; ``calibration`` (noise, steps or rate for a target epsilon, certified);
 ``adaptive_clipping`` (the noisy-count noise of private quantile clipping); ``ledger`` (the append-only,
-hash-chained record of every release a training run made, read back by an accountant);
+hash-chained record of every release a training run made, read back by an accountant; its file format and
+checks in ``_ledger_file``);
 ``allocation`` (the Poisson proxy beside a random-allocation pass).
 """
 

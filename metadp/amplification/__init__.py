@@ -3,8 +3,8 @@
 * ``profiles``: privacy profiles amplified by Poisson sampling (add/remove), sampling without and
   with replacement (substitution), by advanced joint convexity (Balle, Barthe & Gaboardi 2018,
   arXiv:1807.01647), and the epsilon of a profile at a given delta;
-* ``multistage``: episodic multistage sampling hierarchies, their exact maximal inclusion probability
-  and a valid amplification bound (Tombs, Kotevska & Young 2022, Thm. 3, corrected: DESIGN.md 3.6);
+* ``levels``: episodic multistage sampling hierarchies (levels, draws, the tree of units);
+* ``multistage``: their exact maximal inclusion probability and a valid amplification bound (Tombs, Kotevska & Young 2022, Thm. 3, corrected: DESIGN.md 3.6);
 * ``group``: group privacy (the (eps, delta) chain, Mironov's RDP group rule, exact Gaussian and
   Poisson-subsampled group pairs);
 * ``one_pass``: one pass over the units: random allocation (balls-in-bins, Monte Carlo with a certified

@@ -51,15 +51,11 @@ import dataclasses
 from typing import Optional, Tuple
 
 from metadp.core import events as ev
+from metadp.sampling import Guarantee, of_run
 
 __all__ = ["View", "SamplingPlan", "REFS"]
 
 REFS = {
-    "poisson": "subsampled Gaussian, Poisson sampling (Mironov, Talwar & Zhang 2019, arXiv:1908.10530)",
-    "fixed": "subsampled Gaussian, fixed-size batches, substitution (Balle, Barthe & Gaboardi 2018, arXiv:1807.01647)",
-    "one-pass": "one pass, each unit in exactly one step: single Gaussian per pass, no amplification (DESIGN.md 3.9a)",
-    "episodic": "Gaussian with the record's sampled appearances revealed, J ~ Bin(k, q) (valid, loose: task sampling "
-                "amplifies delta only; metadp.mechanisms.episodic)",
     "local": "Gaussian mechanism per visit, composed over the record's realised visits (no amplification "
              "against a party that knows whom it talked to)",
 }
@@ -77,46 +73,19 @@ class SamplingPlan:
     steps_per_pass: int = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class View:
-    """One guarantee of a run (module docstring).
-
-    Attributes:
-        key: file-name-safe name ("task", "record", "record-vs-server", "record-vs-meta-learner").
-        unit: the ledger's unit, "task" or "record".
-        adversary: who may see what, in words.
-        relation: "add_remove" or "substitute".
-        charge: "step" (event per release), "pass" (per pass) or "visit" (per visit of the worst record).
-        event: the event charged, or None when this unit has no guarantee (``reason`` says why).
-        basis: the theorem it rests on.
-        reason: why there is no guarantee, or a caveat the report must carry.
-    """
-
-    key: str
-    unit: str
-    adversary: str
-    relation: str
-    charge: str
-    event: Optional[ev.Event]
-    basis: str
-    reason: str = ""
+View = Guarantee
+"""One guarantee of a run (module docstring; ``metadp.sampling.Guarantee``): key, unit, adversary, relation,
+charge ("step", "pass" or "visit"), event (None: no guarantee, ``reason`` says why), basis, reason."""
 
 
 def _central(plan: SamplingPlan, z: float) -> Tuple[str, str, ev.Event, str]:
-    """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z."""
-    inner = ev.Gaussian(z)
-    if plan.scheme == "poisson":
-        return "add_remove", "step", ev.PoissonSampled(plan.rate, inner), REFS["poisson"]
-    if plan.scheme == "fixed":
-        return "substitute", "step", ev.FixedSizeSampled(plan.batch, plan.pool, inner, 2.0), REFS["fixed"]
-    return "add_remove", "pass", inner, REFS["one-pass"]
+    """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z, as the
+    run's sampling scheme gives them (``metadp.sampling``)."""
+    scheme = of_run(plan)
+    return scheme.relation, scheme.charge, scheme.charge_event(ev.Gaussian(z)), scheme.basis
 
 
 def _central_record(plan: SamplingPlan, s: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
-    """(charge, event, basis, reason) for a record in k tasks, s noise stds per appearance."""
-    if plan.scheme == "poisson":
-        return "step", ev.EpisodicSampled(k, plan.rate, 1.0, ev.Gaussian(1.0 / s), 1.0), REFS["episodic"], ""
-    if plan.scheme == "one-pass":
-        return "pass", ev.Gaussian(1.0 / (k * s)), REFS["one-pass"], ""
-    return "step", None, "", ("no record-level bound is implemented for fixed-size task batches with records "
-                              "shared between tasks; use Poisson sampling for a record-level guarantee")
+    """(charge, event, basis, reason) for a record in k tasks, s noise stds per appearance, as the run's
+    sampling scheme gives them (``metadp.sampling``: ``pooled_record``)."""
+    return of_run(plan).pooled_record(s, k)

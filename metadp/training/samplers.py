@@ -31,15 +31,15 @@ and save ``state_dict()`` with checkpoints so a resumed run does not replay the 
 from __future__ import annotations
 
 import dataclasses
-import math
 from fractions import Fraction
 from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from metadp.core.validation import check_count, check_probability, check_real
+from metadp.core.validation import check_count, check_probability
 from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
+from metadp.sampling import BallsInBins, Episodic, FixedSize, Poisson
 
 __all__ = ["PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes",
            "random_subsets"]
@@ -154,7 +154,7 @@ class PoissonSampler(_Sampler):
 
     def step_event(self, inner: ev.Event) -> ev.PoissonSampled:
         """One step for one unit: ``PoissonSampled(rate, inner)``."""
-        return ev.PoissonSampled(self.rate, _check_event("inner", inner))
+        return Poisson(self.rate, self.pool_size).step_event(_check_event("inner", inner))
 
 
 class FixedSizeSampler(_Sampler):
@@ -184,7 +184,7 @@ class FixedSizeSampler(_Sampler):
 
     def step_event(self, inner: ev.Event, sensitivity_factor: float = 2.0) -> ev.FixedSizeSampled:
         """One step for one unit: ``FixedSizeSampled(batch, pool_size, inner, sensitivity_factor)``."""
-        return ev.FixedSizeSampled(self.batch, self.pool_size, _check_event("inner", inner), sensitivity_factor)
+        return FixedSize(self.batch, self.pool_size).step_event(_check_event("inner", inner), sensitivity_factor)
 
 
 class BallsInBinsSampler(_Sampler):
@@ -234,14 +234,11 @@ class BallsInBinsSampler(_Sampler):
 
     def pass_event(self, inner: ev.Event) -> ev.Event:
         """One pass for one unit: ``inner`` itself (it is in exactly one release of the pass)."""
-        return _check_event("inner", inner)
+        return BallsInBins(self.pool_size, self.steps).pass_event(_check_event("inner", inner))
 
     def step_event(self, inner: ev.Event):
         """Raises: one step of a pass has no event of its own (see the class docstring)."""
-        raise ValueError("balls-in-bins sampling has no per-step event: each unit is in exactly one step per pass, "
-                         "which is not a per-step sampling law (the steps of a pass are dependent). Compose "
-                         "pass_event(inner) once per pass (the single-Gaussian bound), or certify the random-"
-                         "allocation amplification with metadp.amplification.one_pass")
+        return BallsInBins(self.pool_size, self.steps).step_event(inner)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"generator": self._generator.get_state(), "position": self._position,
@@ -362,10 +359,8 @@ class EpisodicSampler(_Sampler):
             shift: how far one affected episode moves the sum, over C (``metadp.units.episode_shift``:
                 2 with per-episode clipping; per-example clipping 2 for a fixed last level, 1 Poisson).
         """
-        (weight, rate), = self.bound.pairs  # equal unit counts: every record has the same (P_U, r)
-        p_unit = Fraction(weight) / Fraction(rate)
-        return ev.EpisodicSampled(self.episodes, float(p_unit), float(rate), inner,
-                                  check_real("shift", shift, low=0.0, low_open=True))
+        event, = Episodic(self.episodes, self.hierarchy).record_events(inner, shift)  # equal unit counts: one
+        return event
 
     def unit_event(self, inner: ev.Gaussian, shift: float = 2.0) -> ev.Event:
         """One step for a top-level unit (class, task, user): each episode selects it with the top level's
@@ -373,8 +368,4 @@ class EpisodicSampler(_Sampler):
         2 with per-episode clipping, 2 x the records per unit per episode with per-example clipping,
         infinite, hence ``NonPrivate``, below a Poisson level with per-example clipping).
         """
-        shift = check_real("shift", shift, low=0.0, low_open=True, allow_inf=True)
-        if math.isinf(shift):
-            return ev.NonPrivate()
-        top = self.hierarchy.levels[0]
-        return ev.EpisodicSampled(self.episodes, 1.0, float(top.factor(top.units)), inner, shift)
+        return Episodic(self.episodes, self.hierarchy).unit_event(inner, shift)

@@ -18,7 +18,7 @@ from scipy import stats
 
 torch = pytest.importorskip("torch")
 
-from metadp import units  # noqa: E402
+from metadp.plan import Plan  # noqa: E402
 from metadp.core import events as ev  # noqa: E402
 from metadp.amplification.multistage import Hierarchy, Level  # noqa: E402
 from metadp.training import samplers  # noqa: E402
@@ -181,7 +181,12 @@ def test_omniglot_events_match_the_plan():
     sampler = EpisodicSampler(OMNIGLOT, 1600, gen(10))
     record = sampler.record_event(Z, 2.0)
     assert record == ev.EpisodicSampled(1600, 5 / 1150, 2 / 20, Z, 2.0)
-    assert record == units._record_events(OMNIGLOT, 1600, 1.0, 2.0, Z)[0]  # what the plan composes
+    plan = Plan.from_dict({"unit": "record", "delta": 1e-5, "steps": 10,
+                           "sampling": {"scheme": "episodic", "episodes": 1600},
+                           "noise": {"mechanism": "gaussian", "multiplier": Z.noise_multiplier},
+                           "hierarchy": [{"name": "class", "size": 5, "units": 1150},
+                                         {"name": "drawing", "size": 2, "units": 20}]})
+    assert plan.units()[0].events == (record,)  # what the plan composes for its record
     assert sampler.record_event(Z, 1.0).shift == 1.0
     assert sampler.unit_event(Z) == ev.EpisodicSampled(1600, 1.0, 5 / 1150, Z, 2.0)
     assert sampler.unit_event(Z, float("inf")) == ev.NonPrivate()

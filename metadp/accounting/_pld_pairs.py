@@ -1,0 +1,139 @@
+"""Event -> dominating pairs for the PLD accountant (``metadp.accounting.pld``): a dispatch table over
+the event classes; an event it cannot pair raises ``UnsupportedEventError`` naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import List, Tuple
+
+from metadp.accounting.rdp_accountant import UnsupportedEventError, _effective_noise_multiplier
+from metadp.amplification.group import poisson_group_pairs
+from metadp.core import events as ev
+from metadp.mechanisms.episodic import episodic_record_pairs
+from metadp.mechanisms.gaussian import gaussian_pair, poisson_gaussian_pairs
+from metadp.mechanisms.laplace import LaplacePair
+
+__all__ = ["event_pairs"]
+
+# ---------------------------------------------------------------------------------------------
+# Event -> dominating pairs (dispatch table). Each item: (pairs, count), pairs = (add, remove) or a
+# single pair when both directions share one PLD.
+
+
+@functools.singledispatch
+def event_pairs(event: ev.Event, relation: str) -> List[Tuple[tuple, int]]:
+    """The dominating pairs of ``event`` with their multiplicities."""
+    raise _pld_unsupported(event, f"no dominating pair for {type(event).__name__}")
+
+
+def _pld_unsupported(event, reason):
+    return UnsupportedEventError(event, reason, accountant="PLD")
+
+
+@event_pairs.register
+def _(event: ev.NoOp, relation):
+    return []
+
+
+@event_pairs.register
+def _(event: ev.NonPrivate, relation):
+    return [(None, 1)]
+
+
+def _factor(relation: str) -> float:
+    return 2.0 if relation == "substitute" else 1.0
+
+
+# The noise multipliers (and Laplace scales, relative to the sensitivity) whose pairs float64 can
+# represent: below, the privacy losses (about 1/(2 z^2)) and their squares in the lattice's moments
+# overflow (seen from z = 1e-80); above, z^2 overflows in the pair's constructor (from 1e154) and the
+# losses vanish below the lattice's resolution. The RDP accountant bounds both ends.
+_NOISE_RANGE = (1e-50, 1e50)
+
+
+def _check_noise(event: ev.Event, noise: float, what: str = "noise multiplier") -> float:
+    low, high = _NOISE_RANGE
+    if not low <= noise <= high:
+        raise _pld_unsupported(event, f"the PLD accountant needs a {what} in [{low:g}, {high:g}] relative to the "
+                                      f"sensitivity, got {noise:g} (float64 cannot hold its privacy losses); "
+                                      "the RDP accountant bounds it")
+    return noise
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_pairs(kind: str, *args) -> tuple:
+    """One pair object per distinct mechanism, so repeated compositions of it merge into one power
+    (and its lattice is built once)."""
+    if kind == "gaussian":
+        return (gaussian_pair(*args),)
+    if kind == "laplace":
+        return (LaplacePair(*args),)
+    return tuple(poisson_gaussian_pairs(*args))
+
+
+@event_pairs.register
+def _(event: ev.Gaussian, relation):
+    if math.isinf(event.noise_multiplier):
+        return []
+    return [(_cached_pairs("gaussian", _check_noise(event, event.noise_multiplier / _factor(relation))), 1)]
+
+
+@event_pairs.register
+def _(event: ev.Laplace, relation):
+    if math.isinf(event.scale):
+        return []
+    return [(_cached_pairs("laplace", _check_noise(event, event.scale / _factor(relation), "Laplace scale")), 1)]
+
+
+@event_pairs.register
+def _(event: ev.PoissonSampled, relation):
+    if relation != "add_remove":
+        raise _pld_unsupported(event, "Poisson sampling is analysed under the add_remove relation")
+    z = _effective_noise_multiplier(event.inner, "PLD")
+    if event.rate == 0.0 or math.isinf(z):
+        return []
+    return [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
+
+
+@event_pairs.register
+def _(event: ev.EpisodicSampled, relation):
+    if relation != "add_remove":
+        raise _pld_unsupported(event, "episodic sampling is analysed under the add_remove relation (one record)")
+    if math.isinf(event.inner.noise_multiplier) or event.unit_rate == 0.0 or event.within_rate == 0.0:
+        return []
+    _check_noise(event, event.inner.noise_multiplier / (event.shift * event.episodes))  # largest shift: all episodes
+    return [(episodic_record_pairs(event.episodes, event.unit_rate, event.within_rate,
+                                   event.inner.noise_multiplier, event.shift), 1)]
+
+
+@event_pairs.register
+def _(event: ev.Group, relation):
+    inner, k = event.inner, event.size
+    if k == 1:
+        return event_pairs(inner, relation)
+    if isinstance(inner, (ev.SelfComposed, ev.Composed)):  # a group's guarantee composes step by step
+        parts = [inner.inner] if isinstance(inner, ev.SelfComposed) else list(inner.events)
+        times = inner.count if isinstance(inner, ev.SelfComposed) else 1
+        return [(pairs, c * times) for e in parts for pairs, c in event_pairs(ev.Group(k, e), relation)]
+    if isinstance(inner, ev.Gaussian):
+        return event_pairs(ev.Gaussian(inner.noise_multiplier / k), relation)
+    if isinstance(inner, ev.PoissonSampled) and isinstance(inner.inner, ev.Gaussian) and relation == "add_remove":
+        if inner.rate == 0.0 or math.isinf(inner.inner.noise_multiplier):
+            return []
+        _check_noise(event, inner.inner.noise_multiplier / k)  # the group's largest shift is k
+        return [(poisson_group_pairs(inner.rate, inner.inner.noise_multiplier, k), 1)]
+    raise _pld_unsupported(event, "exact group pairs exist for Gaussian and Poisson-subsampled Gaussian "
+                                  "(add_remove) steps only")
+
+
+@event_pairs.register
+def _(event: ev.SelfComposed, relation):
+    return [(pairs, count * event.count) for pairs, count in event_pairs(event.inner, relation)
+            if count * event.count > 0]
+
+
+@event_pairs.register
+def _(event: ev.Composed, relation):
+    return [item for e in event.events for item in event_pairs(e, relation)]

@@ -1,0 +1,151 @@
+"""The sampling model's base class, the registries of schemes, and how plans, reports and runs name them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
+
+from metadp.core import events as ev
+from metadp.core.validation import check_count, check_positive, check_probability
+from metadp.sampling.guarantee import Guarantee
+
+__all__ = ["Sampling", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "register", "from_record", "of_run"]
+
+SCHEMES: Dict[str, type] = {}
+"""The schemes a plan file may name (``sampling.scheme``), in the order error messages list them."""
+
+RUN_SCHEMES: Dict[str, type] = {}
+"""The trainer's ``--sampler`` names."""
+
+NOT_IN_PLANS: Dict[str, str] = {}
+"""Schemes a plan file may not name yet, with what to use instead."""
+
+
+def register(*, plan: bool = True, run: Optional[str] = None, refusal: Optional[str] = None) -> Callable[[type], type]:
+    """Class decorator: the scheme is named in plan files (``plan``), by the trainer (``run``: its
+    ``--sampler`` name), or refused in plan files with ``refusal``."""
+    def add(cls: type) -> type:
+        if plan:
+            SCHEMES[cls.scheme] = cls
+        if run is not None:
+            RUN_SCHEMES[run] = cls
+        if refusal is not None:
+            NOT_IN_PLANS[cls.scheme] = refusal
+        return cls
+    return add
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How units are chosen for each step; subclasses are the schemes (fields: their parameters)."""
+
+    scheme: ClassVar[str]  # the name in plan files (``sampling.scheme``) and reports
+    relation: ClassVar[str] = "add_remove"  # the relation it is analysed under (the plan's default)
+    relations: ClassVar[Tuple[str, ...]] = ("add_remove",)  # the relations a plan may state
+    relation_note: ClassVar[str] = ""  # why, appended to the refusal of another relation
+    charge: ClassVar[str] = "step"  # what one event is charged for: "step" or "pass"
+    citations: ClassVar[Tuple[str, ...]] = ()  # keys in metadp.citations
+    warnings: ClassVar[Tuple[str, ...]] = ()  # what every report of it must say
+    basis: ClassVar[str] = ""  # the theorem, in words (training reports)
+    pooled_words: ClassVar[str] = "this task sampling"  # in pooled_record's refusal
+    hierarchy_use: ClassVar[Optional[str]] = None  # "episodes" (required), "tasks" (optional) or None
+
+    def step_event(self, inner: ev.Event) -> ev.Event:
+        """One step for one unit, as sampled (no group, no hierarchy)."""
+        raise NotImplementedError
+
+    def charge_event(self, inner: ev.Event) -> ev.Event:
+        """The event of one charge (``charge``): a step's, or a pass's."""
+        return self.step_event(inner)
+
+    def releases(self, steps: int) -> int:
+        """How many charges ``steps`` steps make."""
+        return steps
+
+    def pooled_record(self, shift: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
+        """(charge, event, basis, reason) for a record in ``k`` tasks of a persistent task pool, ``shift``
+        noise standard deviations per appearance (``metadp.training.privacy``'s docstring derives it);
+        event None where no bound is implemented (``reason`` says why)."""
+        return self.charge, None, "", (f"no record-level bound is implemented for {self.pooled_words} with "
+                                       "records shared between tasks; use Poisson sampling for a record-level "
+                                       "guarantee")
+
+    def contributor(self, unit: str) -> str:
+        """Whose clipped contribution a step's sum adds up ("per-<this>")."""
+        return unit
+
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
+        """The sampling assumptions the report prints (``how``: the primary guarantee's derivation)."""
+        raise NotImplementedError
+
+    def text(self, unit: str) -> str:
+        """The report table's sampling row."""
+        raise NotImplementedError
+
+    def latex(self) -> str:
+        """The LaTeX row's sampling cell."""
+        return self.scheme
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The report's ``sampling`` record (the keys of ``metadp plan --json``)."""
+        return {"scheme": self.scheme, "population": getattr(self, "population", None),
+                "batch_size": getattr(self, "batch_size", None), "rate": getattr(self, "rate", None)}
+
+    @classmethod
+    def from_record(cls, d: Mapping) -> "Sampling":
+        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls) if f.name != "hierarchy"})
+
+    def steps_for_epochs(self, epochs) -> int:
+        """Steps in ``epochs`` passes over the population (expected, for Poisson), rounded up."""
+        epochs = check_positive("epochs", epochs)
+        expected = self.expected_batch
+        if not expected or not getattr(self, "population", None):
+            raise ValueError("epochs needs sampling.population and sampling.batch_size (or rate) to count steps")
+        steps = epochs * self.population / expected
+        if not steps <= ev.MAX_COUNT:
+            raise ValueError(f"epochs = {epochs:g} gives {steps:.4g} steps; at most {ev.MAX_COUNT} steps are allowed "
+                             "(fewer epochs or a larger batch)")
+        return int(math.ceil(steps - 1e-9))
+
+    @property
+    def expected_batch(self) -> Optional[float]:
+        return getattr(self, "batch_size", None)
+
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
+        """Every meaningful unit's guarantee of a plan with this sampling, the plan's ``unit`` first."""
+        step = self.step_event(inner)
+        if unit == "group":
+            step = ev.Group(group_size, step)
+        return (self._own(unit, relation, step, steps, "the plan's step"),)
+
+    def _own(self, unit, relation, event, steps, how) -> Guarantee:
+        return Guarantee.of_plan(unit, relation, (event,), steps, how, True, charge=self.charge, basis=self.basis,
+                                 citations=self.citations)
+
+
+def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
+    """(population, batch_size, rate) of a ``[sampling]`` table, each validated where given."""
+    if "episodes" in d:
+        raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
+    population, batch, rate = d.get("population"), d.get("batch_size"), d.get("rate")
+    if population is not None:
+        population = check_count("sampling.population", population, minimum=1)
+    if batch is not None:
+        batch = check_count("sampling.batch_size", batch, minimum=0)
+        if population is not None and batch > population:
+            raise ValueError(f"sampling.batch_size must be <= sampling.population ({population}), got {batch}")
+    if rate is not None:
+        rate = check_probability("sampling.rate", rate)
+    return population, batch, rate
+
+
+def from_record(d: Mapping) -> Sampling:
+    """The scheme of a report's ``sampling`` record (``Sampling.to_dict``)."""
+    return SCHEMES[d["scheme"]].from_record(d)
+
+
+def of_run(plan) -> Sampling:
+    """The scheme of a training run's ``SamplingPlan`` (scheme, pool, rate, batch, steps_per_pass)."""
+    return RUN_SCHEMES[plan.scheme].of_run(plan.pool, plan.rate, plan.batch, plan.steps_per_pass)

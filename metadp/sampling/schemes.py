@@ -1,0 +1,385 @@
+"""The sampling schemes: one frozen dataclass each, registered for plan files and the trainer by
+``@register`` (``metadp.sampling`` docstring: what each gives, and how to add one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, Mapping, Optional, Tuple
+
+from metadp.core import events as ev
+from metadp.core.validation import check_count, check_positive, check_probability, check_real
+from metadp.amplification.multistage import Hierarchy
+from metadp.sampling import hierarchy as hi
+from metadp.sampling.base import Sampling, _counts, register
+from metadp.sampling.guarantee import Guarantee
+
+__all__ = ["Poisson", "FixedSize", "NoSampling", "Episodic", "Shuffle", "BallsInBins"]
+
+
+class _TaskSlots:
+    """Task sampling whose tasks are episodes drawn from records through a hierarchy (the record view)."""
+
+    hierarchy_use: ClassVar[Optional[str]] = "tasks"
+
+    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+        own = Sampling.guarantees(self, unit, relation, inner, steps, group_size, clipping)
+        h = self.hierarchy
+        if h is None or unit != "task" or not isinstance(inner, ev.Gaussian):
+            return own
+        shift = hi.episode_shift(h, clipping)
+        slots, rate, kept = self._slots()
+        how = (f"each sampled task is a fresh episode drawn through the hierarchy ({slots:,} task slots{kept}); "
+               f"a record's affected episodes each move the sum by <= {shift:g}C; which episodes select the "
+               "record's unit may show (metadp.mechanisms.episodic); " + hi.inclusion_facts(h, slots * rate, steps))
+        return own + (Guarantee.of_plan("record", "add_remove", hi.record_events(h, slots, rate, shift, inner), steps,
+                                        how, citations=Episodic.citations),)
+
+
+@register(run="poisson")
+@dataclasses.dataclass(frozen=True)
+class Poisson(_TaskSlots, Sampling):
+    """Each unit joins each step independently with probability ``rate`` (add/remove; Mironov, Talwar &
+    Zhang 2019)."""
+
+    rate: float
+    population: Optional[int] = None
+    batch_size: Optional[int] = None  # the expected batch, where the plan gave it
+    # how each task is drawn from records (the record view); not part of the task sampling itself: the plan
+    # compares its own hierarchy
+    hierarchy: Optional[Hierarchy] = dataclasses.field(default=None, compare=False)
+
+    scheme: ClassVar[str] = "poisson"
+    citations: ClassVar[Tuple[str, ...]] = ("mironov2019sampled",)
+    warnings: ClassVar[Tuple[str, ...]] = (
+        "Poisson sampling is assumed: if the trainer uses fixed-size or shuffled batches, this number does not "
+        "apply (use sampling.scheme = 'fixed', which costs more)",)
+    basis: ClassVar[str] = "subsampled Gaussian, Poisson sampling (Mironov, Talwar & Zhang 2019, arXiv:1908.10530)"
+    pooled_record_basis: ClassVar[str] = (
+        "Gaussian with the record's sampled appearances revealed, J ~ Bin(k, q) (valid, loose: task sampling "
+        "amplifies delta only; metadp.mechanisms.episodic)")
+
+    def pooled_record(self, shift, k):
+        """J ~ Bin(k, rate) of the record's tasks sampled, revealed: ``EpisodicSampled(k, rate, 1, N(1/s))``."""
+        return "step", ev.EpisodicSampled(k, self.rate, 1.0, ev.Gaussian(1.0 / shift), 1.0), self.pooled_record_basis, ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "rate", check_probability("rate", self.rate))
+
+    @classmethod
+    def from_table(cls, d: Mapping) -> "Poisson":
+        population, batch, rate = _counts(d)
+        if rate is not None and batch is not None:
+            raise ValueError("sampling.rate and sampling.batch_size are mutually exclusive: give one")
+        if rate is None:
+            if batch is None or population is None:
+                raise ValueError("sampling.rate, or sampling.batch_size with sampling.population, is required for 'poisson'")
+            rate = batch / population
+        return cls(rate, population, batch)
+
+    @classmethod
+    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "Poisson":
+        return cls(rate, pool)
+
+    @property
+    def expected_batch(self) -> Optional[float]:
+        if self.batch_size is not None:
+            return self.batch_size
+        return self.rate * self.population if self.population else None
+
+    def step_event(self, inner: ev.Event) -> ev.PoissonSampled:
+        return ev.PoissonSampled(self.rate, inner)
+
+    def assumptions(self, unit, how=None):
+        return (f"each {unit} joins each step's batch independently with probability {self.rate:.6g} "
+                "(Poisson sampling), independently across steps",)
+
+    def text(self, unit):
+        expected = (f" ({self.batch_size:,} of {self.population:,} {unit}s expected per step)"
+                    if self.batch_size else "")
+        return f"Poisson, rate {self.rate:.6g}{expected}"
+
+    def latex(self):
+        return f"Poisson ($q={self.rate:.4g}$)"
+
+    def _slots(self):
+        return self.population, self.rate, f", each kept with probability {self.rate:.6g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batches(Sampling):
+    """Exactly ``batch_size`` of ``population`` units a step."""
+
+    batch_size: int
+    population: int
+
+    def __post_init__(self):
+        check_count("population", self.population, minimum=1)
+        if not 0 <= check_count("batch_size", self.batch_size) <= self.population:
+            raise ValueError(f"batch_size must be in [0, {self.population}] (population), got {self.batch_size}")
+
+    @classmethod
+    def from_table(cls, d: Mapping):
+        population, batch, rate = _counts(d)
+        if rate is not None:
+            raise ValueError(f"sampling.rate does not apply to sampling.scheme = '{cls.scheme}': give batch_size and "
+                             "population")
+        if batch is None or population is None:
+            raise ValueError(f"sampling.batch_size and sampling.population are required for sampling.scheme = "
+                             f"'{cls.scheme}'")
+        if batch == 0:
+            raise ValueError(f"sampling.batch_size must be >= 1 for sampling.scheme = '{cls.scheme}'")
+        return cls(batch, population)
+
+    @property
+    def rate(self) -> float:
+        return self.batch_size / self.population
+
+
+@register(run="fixed")
+@dataclasses.dataclass(frozen=True)
+class FixedSize(_TaskSlots, _Batches):
+    """A uniformly random subset of exactly ``batch_size`` of ``population`` units, without replacement:
+    substitution only, where a clipped sum moves by 2C (Balle, Barthe & Gaboardi 2018; Wang, Balle &
+    Kasiviswanathan 2019)."""
+
+    # how each task is drawn from records (the record view); not part of the task sampling itself: the plan
+    # compares its own hierarchy
+    hierarchy: Optional[Hierarchy] = dataclasses.field(default=None, compare=False)
+
+    scheme: ClassVar[str] = "fixed"
+    relation: ClassVar[str] = "substitute"
+    relations: ClassVar[Tuple[str, ...]] = ("substitute",)
+    relation_note: ClassVar[str] = (" (fixed-size sampling is analysed under substitution, Balle, Barthe & "
+                                    "Gaboardi 2018)")
+    citations: ClassVar[Tuple[str, ...]] = ("balle2018privacy", "wang2019subsampled")
+    pooled_words: ClassVar[str] = "fixed-size task batches"
+    basis: ClassVar[str] = ("subsampled Gaussian, fixed-size batches, substitution (Balle, Barthe & Gaboardi 2018, "
+                            "arXiv:1807.01647)")
+
+    @classmethod
+    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "FixedSize":
+        return cls(batch, pool)
+
+    def step_event(self, inner: ev.Event, sensitivity_factor: float = 2.0) -> ev.FixedSizeSampled:
+        return ev.FixedSizeSampled(self.batch_size, self.population, inner, sensitivity_factor)
+
+    def assumptions(self, unit, how=None):
+        return (f"each step uses a uniformly random subset of exactly {self.batch_size} of the {self.population} "
+                f"{unit}s, drawn without replacement, independently across steps",
+                "under substitution a clipped sum moves by up to 2C, so the noise is analysed at half its "
+                "multiplier (sensitivity doubling)")
+
+    def text(self, unit):
+        return f"fixed-size without replacement, {self.batch_size:,} of {self.population:,} {unit}s per step"
+
+    def latex(self):
+        return f"fixed ${self.batch_size}/{self.population}$"
+
+    def _slots(self):
+        return self.batch_size, 1.0, ""
+
+
+@register()
+@dataclasses.dataclass(frozen=True)
+class NoSampling(Sampling):
+    """Every unit in every step (full batch)."""
+
+    population: Optional[int] = None
+
+    scheme: ClassVar[str] = "none"
+    rate: ClassVar[float] = 1.0  # every unit in every step
+    relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
+    basis: ClassVar[str] = "the mechanism at every step, no sampling"
+
+    @classmethod
+    def from_table(cls, d: Mapping) -> "NoSampling":
+        population, batch, rate = _counts(d)
+        if rate is not None or batch is not None:
+            raise ValueError("sampling.rate and sampling.batch_size do not apply to sampling.scheme = 'none'")
+        return cls(population)
+
+    def steps_for_epochs(self, epochs) -> int:
+        return check_count("epochs", check_positive("epochs", epochs), maximum=ev.MAX_COUNT)
+
+    def step_event(self, inner: ev.Event) -> ev.Event:
+        return inner
+
+    def assumptions(self, unit, how=None):
+        return (f"every {unit} contributes to every step (no sampling, no amplification)",)
+
+    def text(self, unit):
+        return f"none: every {unit} in every step"
+
+
+@register()
+@dataclasses.dataclass(frozen=True)
+class Episodic(Sampling):
+    """``episodes`` independent episodes a step, each drawn level by level through ``hierarchy``
+    (multistage sampling, DESIGN.md 3.6-3.7; Tombs, Kotevska & Young 2022, corrected)."""
+
+    episodes: int
+    hierarchy: Optional[Hierarchy] = None  # required by a plan; its [[hierarchy]] tables
+
+    scheme: ClassVar[str] = "episodic"
+    citations: ClassVar[Tuple[str, ...]] = ("balle2018privacy", "tombs2022privacy")
+    basis: ClassVar[str] = ("multistage sampling conditioned on the upper levels; which episodes select the "
+                            "record's unit may show (DESIGN.md 3.6-3.7, metadp.mechanisms.episodic)")
+    hierarchy_use: ClassVar[Optional[str]] = "episodes"
+
+    @classmethod
+    def from_table(cls, d: Mapping) -> "Episodic":
+        extra = [k for k in ("population", "batch_size", "rate") if k in d]
+        if extra:
+            raise ValueError(f"sampling.{extra[0]} does not apply to sampling.scheme = 'episodic': give "
+                             "sampling.episodes and the [[hierarchy]] levels")
+        if "episodes" not in d:
+            raise ValueError("sampling.episodes (episodes drawn per step) is required for sampling.scheme = 'episodic'")
+        return cls(check_count("sampling.episodes", d["episodes"], minimum=1, maximum=ev.MAX_COUNT))
+
+    def to_dict(self):
+        return dict(super().to_dict(), episodes=self.episodes)
+
+    def steps_for_epochs(self, epochs) -> int:
+        raise ValueError("epochs does not apply to sampling.scheme = 'episodic' (episodes are drawn afresh): give steps")
+
+    def step_event(self, inner: ev.Event) -> ev.Event:
+        """The step's release itself: a unit's event depends on the clipping (``record_events``, ``unit_event``)."""
+        return inner
+
+    def record_events(self, inner: ev.Gaussian, shift: float) -> Tuple[ev.Event, ...]:
+        """One step for the worst record(s): ``EpisodicSampled(L, P_U, r, inner, shift)`` per Pareto-maximal
+        (P_U, r) of the hierarchy; ``shift``: how far one affected episode moves the sum, over C."""
+        shift = check_real("shift", shift, low=0.0, low_open=True)
+        return hi.record_events(self.hierarchy, self.episodes, 1.0, shift, inner)
+
+    def unit_event(self, inner: ev.Gaussian, shift: float = 2.0) -> ev.Event:
+        """One step for a top-level unit (``NonPrivate`` where ``shift`` is infinite)."""
+        shift = check_real("shift", shift, low=0.0, low_open=True, allow_inf=True)
+        return hi.top_unit_event(self.hierarchy, self.episodes, inner, shift)
+
+    def contributor(self, unit):
+        return "episode"
+
+    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+        h, episodes = self.hierarchy, self.episodes
+        shift = hi.episode_shift(h, clipping)
+        top = h.levels[0]
+        record = Guarantee.of_plan(
+            "record", "add_remove", self.record_events(inner, shift), steps,
+            f"each step draws {episodes:,} episodes independently through the hierarchy; a record's affected "
+            f"episodes each move the sum by <= {shift:g}C; which episodes select the record's unit may show "
+            "(metadp.mechanisms.episodic); " + hi.inclusion_facts(h, episodes, steps), unit == "record",
+            basis=self.basis, citations=self.citations)
+        top_shift = hi.top_unit_shift(h, clipping)
+        if math.isinf(top_shift):
+            how = (f"no bound for a whole top-level unit ({top.name}): with per-example clipping and a Poisson level "
+                   "below it, the number of its records in one episode is unbounded (use per-episode clipping)")
+        else:
+            how = (f"a top-level unit ({top.name}) is in each episode with probability {hi.top_rate(h):.6g}; each "
+                   f"such episode moves the sum by <= {top_shift:g}C")
+        task = Guarantee.of_plan("task", "add_remove", (self.unit_event(inner, top_shift),), steps, how,
+                                 unit == "task", basis=self.basis, citations=self.citations)
+        return (record, task) if unit == "record" else (task, record)
+
+    def assumptions(self, unit, how=None):
+        return (how or "episodic sampling",
+                "the hierarchy's draws are independent across episodes and steps; the conditioning on the upper "
+                "levels is the corrected multistage bound (DESIGN.md 3.6, metadp.amplification.multistage), "
+                "verified by exact enumeration (metadp.verify.enumeration)")
+
+    def text(self, unit):
+        return f"episodic: {self.episodes:,} episodes per step, each drawn level by level through the hierarchy"
+
+    def latex(self):
+        return f"episodic (${self.episodes}$ per step)"
+
+
+@register()
+@dataclasses.dataclass(frozen=True)
+class Shuffle(_Batches):
+    """Shuffled passes: each pass cuts a shuffled population into batches, so each unit is in one step per
+    pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
+
+    scheme: ClassVar[str] = "shuffle"
+    relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
+    charge: ClassVar[str] = "pass"
+    citations: ClassVar[Tuple[str, ...]] = ("chua2024private",)
+    warnings: ClassVar[Tuple[str, ...]] = (
+        "shuffled fixed-size batches have no known amplification bound: this is the single-Gaussian epsilon per "
+        "pass. Poisson accounting of the same batches would understate epsilon (by up to ~20x at z <= 2, Chua et "
+        "al. 2024)",)
+    basis: ClassVar[str] = "shuffled passes, each unit in one step a pass: one release per pass, no amplification"
+
+    def step_event(self, inner: ev.Event) -> ev.Event:
+        return inner  # the unit's one release of the pass (charged per pass)
+
+    def releases(self, steps: int) -> int:
+        return math.ceil(steps * self.batch_size / self.population - 1e-9)
+
+    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+        passes = self.releases(steps)
+        step = inner if unit != "group" else ev.Group(group_size, inner)
+        how = (f"{steps:,} steps of {self.batch_size:,} cut from shuffled passes over {self.population:,}: each unit "
+               f"is in one step per pass, so {passes:,} Gaussian release(s), no amplification")
+        return (self._own(unit, relation, step, passes, how),)
+
+    def assumptions(self, unit, how=None):
+        return (how or "shuffled passes",
+                "the partition's shape does not depend on whether the unit is present (a zero-out reading of "
+                "add/remove)")
+
+    def text(self, unit):
+        return (f"shuffled passes: {self.population:,} {unit}s cut into batches of {self.batch_size:,} "
+                "(each in one step per pass)")
+
+
+@register(plan=False, run="one-pass", refusal=(
+    "sampling.scheme = 'balls_in_bins' is not in plan files yet: use metadp.amplification.random_allocation_epsilon "
+    "(a Monte Carlo bound with a confidence level)"))
+@dataclasses.dataclass(frozen=True)
+class BallsInBins(Sampling):
+    """One pass of ``steps_per_pass`` steps: each unit independently goes to a uniformly random step
+    (random allocation, DESIGN.md 3.9(a)), so it is in exactly one step a pass. Charged per pass: the
+    single-Gaussian bound; the random-allocation amplification is certified by Monte Carlo in
+    ``metadp.amplification.one_pass``, not per step. Not in plan files yet (``NOT_IN_PLANS``)."""
+
+    population: int
+    steps_per_pass: int
+
+    scheme: ClassVar[str] = "balls_in_bins"
+    charge: ClassVar[str] = "pass"
+    basis: ClassVar[str] = ("one pass, each unit in exactly one step: single Gaussian per pass, no amplification "
+                            "(DESIGN.md 3.9a)")
+
+    @classmethod
+    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "BallsInBins":
+        return cls(pool, steps_per_pass)
+
+    def step_event(self, inner: ev.Event):
+        """Raises: one step of a pass has no event of its own (see the class docstring)."""
+        raise ValueError("balls-in-bins sampling has no per-step event: each unit is in exactly one step per pass, "
+                         "which is not a per-step sampling law (the steps of a pass are dependent). Compose "
+                         "pass_event(inner) once per pass (the single-Gaussian bound), or certify the random-"
+                         "allocation amplification with metadp.amplification.one_pass")
+
+    def pass_event(self, inner: ev.Event) -> ev.Event:
+        """One pass for one unit: ``inner`` itself (it is in exactly one release of the pass)."""
+        return inner
+
+    def charge_event(self, inner: ev.Event) -> ev.Event:
+        return self.pass_event(inner)
+
+    def pooled_record(self, shift, k):
+        """The k appearances may share the record's step of a pass: ``Gaussian(1 / (k s))`` per pass."""
+        return "pass", ev.Gaussian(1.0 / (k * shift)), self.basis, ""
+
+    def releases(self, steps: int) -> int:
+        return math.ceil(steps / self.steps_per_pass)
+
+    def assumptions(self, unit, how=None):
+        return (f"each {unit} is in exactly one of the {self.steps_per_pass:,} steps of each pass (balls in bins): "
+                "one release per pass, no amplification claimed",)
+
+    def text(self, unit):
+        return f"balls in bins: each {unit} in one uniformly random step of each {self.steps_per_pass:,}-step pass"
