@@ -17,7 +17,8 @@ from metadp.core import events as ev
 from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import (SCHEMES, BallsInBins, Episodic, FixedSize, Guarantee, NoSampling, Poisson, Shuffle,
                              from_record, of_run, parse_hierarchy)
-from metadp.training.privacy import SamplingPlan, View, views
+from metadp.training.algorithms import views
+from metadp.training.privacy import SamplingPlan, View
 from metadp.units import UnitView
 
 Z = ev.Gaussian(1.5)

@@ -10,7 +10,7 @@ from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive, check_probability
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["Sampling", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "register", "from_record", "of_run"]
+__all__ = ["Sampling", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "register", "from_record", "of_run", "of_lot"]
 
 SCHEMES: Dict[str, type] = {}
 """The schemes a plan file may name (``sampling.scheme``), in the order error messages list them."""
@@ -144,6 +144,11 @@ def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
 def from_record(d: Mapping) -> Sampling:
     """The scheme of a report's ``sampling`` record (``Sampling.to_dict``)."""
     return SCHEMES[d["scheme"]].from_record(d)
+
+
+def of_lot(name: str, pool: int, lot: float) -> Sampling:
+    """The scheme the trainer's ``--sampler name`` runs over ``pool`` units with ``--meta-batch lot``."""
+    return RUN_SCHEMES[name].of_lot(pool, lot)
 
 
 def of_run(plan) -> Sampling:

@@ -81,6 +81,11 @@ class Poisson(_TaskSlots, Sampling):
     def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "Poisson":
         return cls(rate, pool)
 
+    @classmethod
+    def of_lot(cls, pool: int, lot: float) -> "Poisson":
+        """The trainer's ``--meta-batch`` ``lot`` as an expected batch: rate lot / pool."""
+        return cls(min(1.0, lot / pool), pool)
+
     @property
     def expected_batch(self) -> Optional[float]:
         if self.batch_size is not None:
@@ -160,6 +165,12 @@ class FixedSize(_TaskSlots, _Batches):
     @classmethod
     def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "FixedSize":
         return cls(batch, pool)
+
+    @classmethod
+    def of_lot(cls, pool: int, lot: float) -> "FixedSize":
+        if lot != int(lot):
+            raise ValueError(f"fixed-size batches need a whole meta_batch, got {lot:g}")
+        return cls(int(lot), pool)
 
     def step_event(self, inner: ev.Event, sensitivity_factor: float = 2.0) -> ev.FixedSizeSampled:
         return ev.FixedSizeSampled(self.batch_size, self.population, inner, sensitivity_factor)
@@ -355,6 +366,15 @@ class BallsInBins(Sampling):
     @classmethod
     def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "BallsInBins":
         return cls(pool, steps_per_pass)
+
+    @classmethod
+    def of_lot(cls, pool: int, lot: float) -> "BallsInBins":
+        """About ``lot`` units a step: round(pool / lot) steps a pass (at least one)."""
+        return cls(pool, max(1, round(pool / lot)))
+
+    @property
+    def expected_batch(self) -> float:
+        return self.population / self.steps_per_pass
 
     def step_event(self, inner: ev.Event):
         """Raises: one step of a pass has no event of its own (see the class docstring)."""

@@ -11,6 +11,7 @@ import math
 from typing import Optional
 
 from metadp.core.validation import check_count, check_delta, check_positive, check_real
+from metadp.sampling import RUN_SCHEMES
 from metadp.training import algorithms
 from metadp.training import functional as F
 from metadp.training.algorithms import Algorithm
@@ -19,7 +20,7 @@ from metadp.training.clipping import POLICIES
 __all__ = ["TrainConfig", "TrainResult", "ALGORITHMS", "SAMPLERS", "UNITS"]
 
 ALGORITHMS = algorithms.names(meta_loop=True)  # those registered with metadp at import (the registry may grow)
-SAMPLERS = ("poisson", "fixed", "one-pass")
+SAMPLERS = tuple(RUN_SCHEMES)  # the task-sampling schemes of metadp.sampling the trainer runs (--sampler)
 UNITS = ("task", "record", "record-vs-server")  # privacy.View keys
 
 

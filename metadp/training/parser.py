@@ -4,6 +4,7 @@ is ``metadp.training.command`` (torch)."""
 
 from __future__ import annotations
 
+from metadp.sampling import RUN_SCHEMES
 from metadp.training import algorithms, datasets
 from metadp.training.clipping import POLICIES
 
@@ -36,7 +37,7 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="the guarantee whose budget stops the run (default: task; record for "
                         f"{' and '.join(algorithms.names(private=True, default_unit='record'))}); every other one is "
                         "reported too")
-    t.add_argument("--sampler", choices=("poisson", "fixed", "one-pass"),
+    t.add_argument("--sampler", choices=tuple(RUN_SCHEMES),
                    help="task sampling (default poisson; one-pass for "
                         f"{', '.join(algorithms.names(default_sampler='one-pass'))})")
     t.add_argument("--epsilon", type=number("--epsilon", float),

@@ -72,6 +72,12 @@ class SamplingPlan:
     batch: int = 0
     steps_per_pass: int = 1
 
+    @classmethod
+    def of_scheme(cls, name: str, scheme) -> "SamplingPlan":
+        """The run's record of a ``metadp.sampling`` scheme the trainer runs as ``--sampler name``."""
+        return cls(name, scheme.population, rate=getattr(scheme, "rate", 0.0),
+                   batch=getattr(scheme, "batch_size", None) or 0, steps_per_pass=getattr(scheme, "steps_per_pass", 1))
+
 
 View = Guarantee
 """One guarantee of a run (module docstring; ``metadp.sampling.Guarantee``): key, unit, adversary, relation,

@@ -17,12 +17,13 @@ from metadp.accounting import NonPrivate
 from metadp.accounting.calibration import calibrate_noise, max_steps
 from metadp.accounting.ledger import Ledger
 from metadp.core import events as ev
+from metadp.sampling import of_lot, of_run
 from metadp.training import algorithms
 from metadp.training.budget import budget_schedule
 from metadp.training.clipping import ClipPolicy
 from metadp.training.config import TrainConfig
 from metadp.training.privacy import SamplingPlan
-from metadp.training.samplers import BallsInBinsSampler, FixedSizeSampler, PoissonSampler
+from metadp.training.samplers import sampler_for
 
 __all__ = ["stream_seed", "run_views", "calibrate", "accountant_for"]
 
@@ -44,21 +45,14 @@ def stream_seed(seed: int, stream: str) -> int:
 
 
 def _sampling(pool, c: TrainConfig):
-    """(sampler, SamplingPlan, expected batch) of a run."""
+    """(sampler, SamplingPlan, expected batch) of a run: the ``metadp.sampling`` scheme of ``--sampler``
+    over the pool, and the sampler that executes it."""
     n = pool.size
     if c.meta_batch > n:  # a rate above 1 is no Poisson rate: refused, never clamped
         raise ValueError(f"meta_batch must be <= the pool's {n} tasks, got {c.meta_batch:g}")
-    if c.sampling == "fixed" and c.meta_batch != int(c.meta_batch):
-        raise ValueError(f"fixed-size batches need a whole meta_batch, got {c.meta_batch:g}")
+    scheme = of_lot(c.sampling, n, c.meta_batch)
     gen = torch.Generator(device=_device_of(pool)).manual_seed(stream_seed(c.seed, "sampler"))
-    if c.sampling == "poisson":
-        sampler = PoissonSampler(n, min(1.0, c.meta_batch / n), generator=gen)
-        return sampler, SamplingPlan("poisson", n, rate=sampler.rate), sampler.rate * n
-    if c.sampling == "fixed":
-        batch = int(c.meta_batch)
-        return FixedSizeSampler(n, batch, generator=gen), SamplingPlan("fixed", n, batch=batch), float(batch)
-    per_pass = max(1, round(n / c.meta_batch))
-    return BallsInBinsSampler(n, per_pass, generator=gen), SamplingPlan("one-pass", n, steps_per_pass=per_pass), n / per_pass
+    return sampler_for(scheme, gen), SamplingPlan.of_scheme(c.sampling, scheme), float(scheme.expected_batch)
 
 
 def _device_of(pool) -> torch.device:
@@ -112,7 +106,7 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
     view = next(v for v in run_views(pool, c, plan=plan, multiplicity=k)[1] if v.key == key)
     passes = math.ceil(c.steps / plan.steps_per_pass)
     if view.charge == "visit":
-        if plan.scheme != "one-pass":
+        if of_run(plan).charge != "pass":
             raise ValueError(f"the {key} view is charged per visit, which is random under {plan.scheme} sampling: "
                              "give the noise multiplier instead of calibrating it")
         count = passes * k

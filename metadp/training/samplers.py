@@ -41,7 +41,7 @@ from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
 from metadp.sampling import BallsInBins, Episodic, FixedSize, Poisson
 
-__all__ = ["PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes",
+__all__ = ["sampler_for", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes",
            "random_subsets"]
 
 # Floyd's algorithm costs about k^2 / 2 comparisons per row and k small kernels; n random keys per row
@@ -369,3 +369,20 @@ class EpisodicSampler(_Sampler):
         infinite, hence ``NonPrivate``, below a Poisson level with per-example clipping).
         """
         return Episodic(self.episodes, self.hierarchy).unit_event(inner, shift)
+
+
+_EXECUTES = {
+    Poisson: lambda s, gen: PoissonSampler(s.population, s.rate, generator=gen),
+    FixedSize: lambda s, gen: FixedSizeSampler(s.population, s.batch_size, generator=gen),
+    BallsInBins: lambda s, gen: BallsInBinsSampler(s.population, s.steps_per_pass, generator=gen),
+}
+
+
+def sampler_for(scheme, generator: Optional[torch.Generator] = None) -> "_Sampler":
+    """The sampler that executes a task-sampling scheme of ``metadp.sampling`` (a new run scheme adds its
+    sampler class here)."""
+    make = _EXECUTES.get(type(scheme))
+    if make is None:
+        raise ValueError(f"the trainer cannot execute sampling.scheme = {scheme.scheme!r} over a task pool "
+                         f"(it runs {', '.join(repr(t.scheme) for t in _EXECUTES)})")
+    return make(scheme, generator)
