@@ -36,6 +36,16 @@ def test_budget_too_small_for_one_step():
     assert s.last_step == 0 and s.final_epsilon == 0.0 and s.epsilon_after(0) == 0.0
 
 
+def test_episodic_schedule_stops_at_the_last_step_within_budget():
+    # A record in 2 episodes: one step costs 2.04 at delta 1e-6, 50 steps 3.93 (independent PLD composes)
+    step = EpisodicSampled(2, 5 / 100, 0.1, Gaussian(2.0))
+    s = budget_schedule(step, 60, 3.0, 1e-6)
+    assert 1 < s.last_step < 50
+    spent = lambda t: PldAccountant().compose(step, t).get_epsilon(1e-6)  # noqa: E731
+    assert spent(s.last_step) <= 3.0 < spent(s.last_step + 1)
+
+
+@pytest.mark.slow
 def test_episodic_record_schedule_and_noise_for_budget():
     # one step already costs 5.9 at delta 1e-6 (rare steps with 3+ affected episodes dominate), 50 cost 11.3
     step = EpisodicSampled(16, 5 / 100, 0.1, Gaussian(2.0))
@@ -44,6 +54,12 @@ def test_episodic_record_schedule_and_noise_for_budget():
     z = noise_for_budget(lambda z: PoissonSampled(0.004, Gaussian(z)), 250, 1.0, 1e-6)
     assert PldAccountant().compose(PoissonSampled(0.004, Gaussian(z)), 250).get_epsilon(1e-6) <= 1.0
     assert 0.8 < z < 0.9  # about 0.8403 (benchmarks/accounting_speed.py)
+
+
+def test_noise_for_budget_spends_the_budget():
+    z = noise_for_budget(lambda z: PoissonSampled(0.004, Gaussian(z)), 250, 1.0, 1e-6)
+    assert PldAccountant().compose(PoissonSampled(0.004, Gaussian(z)), 250).get_epsilon(1e-6) <= 1.0
+    assert PldAccountant().compose(PoissonSampled(0.004, Gaussian(z * 0.99)), 250).get_epsilon(1e-6) > 1.0
 
 
 @pytest.mark.parametrize("bad", [dict(steps=0), dict(target_epsilon=0.0), dict(delta=1.5), dict(accountant="x")])

@@ -78,6 +78,7 @@ train(MLP(), SinusoidPool(400, 5, 5, seed=1), lambda o, y: ((o - y) ** 2).mean()
 """
 
 
+@pytest.mark.slow  # the command-level twin, tests/training/test_train_faults.py, runs by default
 def test_sigkill_and_resume_keep_the_ledger_and_the_spent_budget(tmp_path):
     out = tmp_path / "run"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(out)], cwd=ROOT,
