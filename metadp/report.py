@@ -18,7 +18,7 @@ from metadp import __version__
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
-__all__ = ["Report", "build_report", "format_lower", "format_upper"]
+__all__ = ["Report", "build_report", "format_lower", "format_upper", "ACCOUNTANT_CITATIONS"]
 
 _UNIT_TEXT = {
     "record": "one record (a single training example)",
@@ -210,9 +210,9 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
                                 f"{a['epsilon_lower']:.6g} > {b['accountant']} upper bound {b['epsilon']:.6g}; "
                                 "please report this plan")
     for alt in alts:
-        citations += _ACCOUNTANT_CITATIONS[alt["accountant"]]
+        citations += ACCOUNTANT_CITATIONS[alt["accountant"]]
     for other in other_units:
-        citations += _ACCOUNTANT_CITATIONS[other["accountant"]]
+        citations += ACCOUNTANT_CITATIONS[other["accountant"]]
     if plan.claim and "epsilon" in plan.claim:
         claimed = float(plan.claim["epsilon"])
         if claimed < epsilon * (1 - 1e-9):
@@ -228,7 +228,7 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
                   group_size=plan.group_size)
 
 
-_ACCOUNTANT_CITATIONS = {
+ACCOUNTANT_CITATIONS = {
     "rdp": ["mironov2017renyi", "canonne2020discrete"],
     "pld": ["zhu2022optimal", "doroshenko2022connect", "bennett1962probability"],
 }
@@ -239,7 +239,7 @@ def _analysis_notes(plan, accountant, order, view=None, other_units=()):
     unit = plan.unit if plan.unit != "group" else "unit"
     s = plan.sampling
     assumptions = []
-    citations = list(_ACCOUNTANT_CITATIONS[accountant.name])
+    citations = list(ACCOUNTANT_CITATIONS[accountant.name])
     warnings = []
     if plan.noise.mechanism == "gaussian":
         per = s.contributor(unit)

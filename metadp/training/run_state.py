@@ -23,6 +23,7 @@ from metadp.training.budget import budget_schedule
 from metadp.training.clipping import ClipPolicy
 from metadp.training.config import TrainConfig
 from metadp.training.privacy import SamplingPlan
+from metadp.training.report import run_report
 from metadp.training.samplers import sampler_for
 
 __all__ = ["stream_seed", "run_views", "calibrate", "accountant_for"]
@@ -268,33 +269,43 @@ class _Run:
         return self.record_visits + torch.bincount(ids, minlength=self.record_visits.numel())
 
     def report(self, steps: int) -> dict:
+        """``privacy_report.json``: the schema of ``metadp plan --json`` (``run_report``) plus the run's own
+        record (algorithm, every view with its charges, budget, sampling realised, clipping)."""
         c = self.config
-        entries = []
+        entries, certified = [], {}
         for v in self.views:
             ledger = self.ledgers.get(v.key)
             kind = accountant_for(v.event)
             eps = ledger.spent(c.delta, kind=kind) if ledger is not None else None
+            eps = eps if eps is not None and math.isfinite(eps) else None
+            if eps is not None:
+                certified[v.key] = v.certified(eps, None, kind)
             entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
                             "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
-                            "epsilon": eps if eps is not None and math.isfinite(eps) else None,
-                            "guarantee": ("none" if eps is None or not math.isfinite(eps) else "upper bound"),
+                            "epsilon": eps, "guarantee": "none" if eps is None else "upper bound",
                             "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
                             "accountant": kind if ledger is not None else None, "note": v.reason})
-        plan = self.plan
-        return {
-            "algorithm": c.algorithm, "private": c.private, "budget_unit": c.budget_unit if c.private else None,
-            "delta": c.delta if c.private else None, "target_epsilon": c.epsilon if math.isfinite(c.epsilon) else None,
-            "steps": steps, "last_step_within_budget": self.last_step,
-            "sampling": {"scheme": plan.scheme, "pool": plan.pool, "rate": plan.rate or None,
-                         "batch": plan.batch or None, "steps_per_pass": plan.steps_per_pass,
-                         "expected_batch": self.expected},
+        plan, scheme = self.plan, of_run(self.plan)
+        name = f"metadp train {c.algorithm}"
+        noise = {"mechanism": "gaussian", "multiplier": c.noise_multiplier} if c.private else None
+        primary = certified.get(c.budget_unit) if c.private else None
+        others = [g for key, g in certified.items() if g is not primary]
+        out = run_report(name, primary, others, scheme, noise, steps, c.delta if c.private else None)
+        out["sampling"].update({"run_scheme": plan.scheme, "pool": plan.pool, "batch": plan.batch or None,
+                                "steps_per_pass": plan.steps_per_pass, "expected_batch": self.expected})
+        out.update({
+            "engine": "local", "algorithm": c.algorithm, "private": c.private,
+            "budget_unit": c.budget_unit if c.private else None,
+            "target_epsilon": c.epsilon if math.isfinite(c.epsilon) else None,
+            "last_step_within_budget": self.last_step,
             "record_multiplicity": self.multiplicity, "max_record_visits": self.max_visits or None,
             "clip_policy": c.clip_policy, "final_clip": self.policy.threshold,
-            "accountant": ("certified upper bound from each view's ledger: pld, or rdp where pld has no dominating "
-                           "pair (fixed-size batches)") if c.private else None,
+            "accountant_note": ("certified upper bound from each view's ledger: pld, or rdp where pld has no "
+                                "dominating pair (fixed-size batches)") if c.private else None,
             "views": entries,
             "note": None if c.private else "non-private: no privacy guarantee",
-        }
+        })
+        return out
 
     def state(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),

@@ -1,0 +1,52 @@
+"""A training run's ``privacy_report.json`` in the schema of ``metadp plan --json`` (issue 15: one guarantee
+type, one report schema): the guarantee of the unit whose budget stops the run at the top level, every
+other view in ``other_units``, each a :class:`metadp.sampling.Guarantee` certified from its own ledger.
+
+The run's own record (algorithm, every view with its charges, the realised sampling, clipping) is added
+by ``metadp.training.run_state`` beside these keys. A non-private run has the same keys, with no epsilon
+(``bound`` "none"). The sampling scheme's plan warnings (e.g. "Poisson sampling is assumed: if the trainer
+uses fixed-size batches ...") are not repeated: here the trainer itself executed the scheme.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional, Sequence
+
+from metadp import __version__
+from metadp.accounting.registry import make_accountant
+from metadp.report import ACCOUNTANT_CITATIONS, Report
+from metadp.sampling import Guarantee, Sampling
+
+__all__ = ["run_report"]
+
+
+def _other(g: Guarantee) -> Dict[str, Any]:
+    return dict(g.other_unit(), view=g.key, adversary=g.adversary, how=g.basis or g.how)
+
+
+def run_report(name: str, primary: Optional[Guarantee], others: Sequence[Guarantee], scheme: Sampling,
+               noise: Optional[Dict[str, Any]], steps: int, delta: Optional[float]) -> Dict[str, Any]:
+    """The plan-report dict of a run: ``primary`` certified (None: no guarantee), ``others`` beside it."""
+    if primary is None:
+        d = {f.name: None for f in dataclasses.fields(Report)}
+        d.update(name=name, sampling=scheme.to_dict(), noise=noise, steps=steps, assumptions=[], citations=[],
+                 warnings=["non-private: no privacy guarantee"], alternatives=[], other_units=[], bound="none",
+                 epsilon_display=None, metadp_version=__version__)
+        return d
+    unit = "unit" if primary.unit == "group" else primary.unit
+    assumptions = (f"{primary.basis}" if primary.basis else primary.how,) + tuple(scheme.assumptions(unit)) + (
+        f"the adversary: {primary.adversary}",
+        "every release is recorded in the view's hash-chained ledger before it is used; epsilon is recomputed "
+        "from the ledger (metadp.accounting.ledger)")
+    citations = list(scheme.citations) + list(ACCOUNTANT_CITATIONS[primary.accountant])
+    for g in others:
+        citations += ACCOUNTANT_CITATIONS[g.accountant]
+    report = Report(name=name, epsilon=primary.epsilon, delta=delta, unit=primary.unit, relation=primary.relation,
+                    sampling=scheme.to_dict(), noise=noise, steps=steps, accountant=primary.accountant, order=None,
+                    conversion=make_accountant(primary.accountant).conversion, assumptions=assumptions,
+                    citations=tuple(dict.fromkeys(citations)),
+                    epsilon_lower=primary.epsilon_lower, other_units=tuple(_other(g) for g in others))
+    d = report.to_dict()
+    d["view"] = primary.key
+    return d
