@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import List, Optional
 
 from metadp import __version__
-from metadp.accounting import calibration
 from metadp.cite import cite
 from metadp.integrations._event_report import event_report
 from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
+from metadp.plan_solve import Unreachable, calibrate_plan
 from metadp.training.parser import add_train_parser
 from metadp.verify.command import add_verify_parser, run_verify
 
@@ -267,33 +267,21 @@ def _cmd_calibrate(args) -> None:
         if given is not None:
             raise ValueError(f"{flag} is what --solve {args.solve} computes: leave {flag} out (or solve for "
                              "something else)")
-    if args.solve == "noise":
-        if args.steps is None:
-            raise ValueError("--steps is required to solve for the noise")
-        template = Plan.from_dict(_plan_dict(args, 1.0, args.steps))
-        value = calibration.calibrate_noise(
-            lambda z: Plan.from_dict(_plan_dict(args, z, args.steps)).event(), args.target_epsilon,
-            template.delta, relation=template.relation, accountant=template.accountant)
-        plan = Plan.from_dict(_plan_dict(args, value, args.steps))
-    elif args.solve == "steps":
-        if args.noise is None:
-            raise ValueError("--noise is required to solve for the steps")
-        template = Plan.from_dict(_plan_dict(args, args.noise, 1))
-        value = calibration.max_steps(template.step_event(), args.target_epsilon, template.delta,
-                                      relation=template.relation, accountant=template.accountant)
-        if value == 0:  # a true answer of the library (no step fits), not a usable plan
-            raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable: one step already exceeds it")
-        plan = Plan.from_dict(_plan_dict(args, args.noise, value))
-    else:
+    if args.solve == "noise" and args.steps is None:
+        raise ValueError("--steps is required to solve for the noise")
+    if args.solve == "steps" and args.noise is None:
+        raise ValueError("--noise is required to solve for the steps")
+    if args.solve == "rate":
         if args.sampling != "poisson":
             raise ValueError("--solve rate needs --sampling poisson")
         if args.noise is None or args.steps is None:
             raise ValueError("--noise and --steps are required to solve for the rate")
-        template = Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=0.5))
-        value = calibration.max_rate(
-            lambda q: Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=q)).event(),
-            args.target_epsilon, template.delta, relation=template.relation, accountant=template.accountant)
-        plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps, rate=value))
+    try:
+        solved = calibrate_plan(_plan_dict(args, args.noise, args.steps), args.solve, args.target_epsilon)
+    except Unreachable:
+        raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable: one step already exceeds "
+                         "it") from None
+    value, plan = solved.value, solved.plan
     # The library verified `value` with a bound that refines without a time limit; the report uses the
     # same bound, so the printed epsilon meets the target however slow or loaded the machine is.
     report = plan_epsilon(plan, max_seconds=math.inf)

@@ -33,6 +33,7 @@ LAYER = {
     "metadp.report": 5,
     "metadp.cite": 5,
     "metadp.plan_plot": 5,
+    "metadp.plan_solve": 5,
     "metadp.training": 6,
     "metadp.verify": 6,
     "metadp.integrations": 6,

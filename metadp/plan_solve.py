@@ -1,0 +1,76 @@
+"""Solve a plan for the noise, the steps or the sampling rate that meets a target epsilon
+(``metadp calibrate``; the library side of the command).
+
+``calibrate_plan(plan_dict, solve, target_epsilon)`` takes a plan in the form of a plan file (a dict,
+as ``Plan.from_dict`` reads it), with the quantity to solve for left out or to be overwritten, and returns
+the value and the completed plan. The value is verified by the accountant the plan names (bisection in
+``metadp.accounting.calibration``), so the plan's report meets the target.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Dict, Mapping
+
+from metadp.accounting import calibration
+from metadp.plan import Plan
+
+__all__ = ["SOLVABLE", "Solved", "Unreachable", "calibrate_plan"]
+
+SOLVABLE = ("noise", "steps", "rate")
+
+
+class Unreachable(ValueError):
+    """No plan of the asked form meets the target (one step already exceeds it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Solved:
+    """The solved quantity (``solve``), its ``value``, and the completed ``plan``."""
+
+    solve: str
+    value: float
+    plan: Plan
+
+
+def _with(d: Mapping[str, Any], *, noise=None, steps=None, rate=None) -> Plan:
+    d = copy.deepcopy(dict(d))
+    if noise is not None:
+        d["noise"] = dict(d.get("noise", {"mechanism": "gaussian"}), multiplier=noise)
+    if steps is not None:
+        d["steps"] = steps
+    if rate is not None:
+        d["sampling"] = dict(d["sampling"], rate=rate)
+    return Plan.from_dict(d)
+
+
+def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: float) -> Solved:
+    """The smallest noise multiplier, the largest number of steps or the largest Poisson rate (``solve``)
+    for which the plan's epsilon at its delta is at most ``target_epsilon``.
+
+    Raises:
+        ValueError: an unknown ``solve`` or a rate asked of a plan that is not Poisson-sampled;
+            ``Unreachable`` (a ValueError) for a target no step count meets (one step already exceeds it).
+    """
+    if solve not in SOLVABLE:
+        raise ValueError(f"solve must be one of {', '.join(SOLVABLE)}, got {solve!r}")
+    if solve == "noise":
+        template = _with(plan_dict, noise=1.0)
+        value = calibration.calibrate_noise(lambda z: _with(plan_dict, noise=z).event(), target_epsilon,
+                                            template.delta, relation=template.relation,
+                                            accountant=template.accountant)
+        return Solved(solve, value, _with(plan_dict, noise=value))
+    if solve == "steps":
+        template = _with(plan_dict, steps=1)
+        value = calibration.max_steps(template.step_event(), target_epsilon, template.delta,
+                                      relation=template.relation, accountant=template.accountant)
+        if value == 0:  # a true answer of the library (no step fits), not a usable plan
+            raise Unreachable(f"target epsilon {target_epsilon:g} is unreachable: one step already exceeds it")
+        return Solved(solve, value, _with(plan_dict, steps=value))
+    if plan_dict["sampling"].get("scheme") != "poisson":
+        raise ValueError("solving for the rate needs Poisson sampling (sampling.scheme = 'poisson')")
+    template = _with(plan_dict, rate=0.5)
+    value = calibration.max_rate(lambda q: _with(plan_dict, rate=q).event(), target_epsilon, template.delta,
+                                 relation=template.relation, accountant=template.accountant)
+    return Solved(solve, value, _with(plan_dict, rate=value))
