@@ -21,6 +21,7 @@ from typing import Any, Dict, Tuple
 from metadp import __release_year__, __version__
 from metadp.citations import CITATIONS, bibtex
 from metadp.report import Report
+from metadp.sampling import from_record
 
 __all__ = ["Citation", "cite", "FORMATS", "SOFTWARE_KEY", "latex_escape", "latex_upper"]
 
@@ -167,7 +168,9 @@ def _sampling_words(s: Dict[str, Any], unit: str) -> str:
     if scheme == "shuffle":
         return (f"shuffled passes ({_count(s['population'])} {units} cut into batches of "
                 f"{_count(s['batch_size'])}, each {unit} in one step per pass; no amplification by sampling)")
-    return f"no sampling (every {unit} in every step)"
+    if scheme == "none":
+        return f"no sampling (every {unit} in every step)"
+    return latex_escape(from_record(s).text(unit))  # a scheme without its own wording here
 
 
 def _sampling_cell(s: Dict[str, Any]) -> str:
@@ -180,7 +183,9 @@ def _sampling_cell(s: Dict[str, Any]) -> str:
         return f"episodic, {_count(s['episodes'])} per step"
     if scheme == "shuffle":
         return f"shuffled, {_count(s['batch_size'])} of {_count(s['population'])}"
-    return "none"
+    if scheme == "none":
+        return "none"
+    return from_record(s).latex()  # a scheme without its own wording here
 
 
 def _approx(rate: float) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 from metadp.citations import CITATIONS
 from metadp.core import events as ev
+from metadp.cite import cite
 from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import (SCHEMES, BallsInBins, Episodic, FixedSize, Guarantee, NoSampling, Poisson, Shuffle,
                              from_record, of_run, parse_hierarchy)
@@ -151,6 +152,9 @@ def test_a_new_scheme_reaches_plans_and_reports_from_one_registry(monkeypatch):
     table = report.to_table()
     assert "each task is drawn by the toy scheme with probability 0.01" in table
     assert "toy, rate 0.01" in table and report.sampling["scheme"] == "toy"
+    # metadp cite's sentence and table cell read the scheme too (before: "no sampling" for any new scheme)
+    latex = cite(report).render("latex")
+    assert "toy, rate 0.01" in latex and "no sampling" not in latex
 
 
 def test_the_sampling_layer_imports_only_the_layers_below_it():
