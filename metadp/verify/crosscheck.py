@@ -28,6 +28,7 @@ from metadp.core import events as ev
 from metadp.integrations.dp_accounting import default_relation, from_dp_event, load_dp_event, to_dp_event
 from metadp.plan import load_plan
 from metadp.report import format_lower, format_upper
+from metadp.sampling import FixedSize, NoSampling, Poisson
 
 __all__ = ["CrossCheckRow", "CrossCheckTable", "crosscheck_plan", "crosscheck_dp_event"]
 
@@ -136,11 +137,13 @@ def _prv(plan, step: ev.Event):
     return lower, upper, ""
 
 
+_OTHERS_IMPLEMENT = (Poisson, FixedSize, NoSampling)  # the sampling dp-accounting and prv-accountant implement
+
+
 def crosscheck_plan(path) -> CrossCheckTable:
     """The agreement table for a plan file (Gaussian noise; Poisson, fixed-size or no sampling)."""
     plan = load_plan(path)
-    if plan.noise.mechanism != "gaussian" or plan.sampling.scheme not in ("poisson", "fixed", "none") \
-            or plan.unit == "group":
+    if plan.noise.mechanism != "gaussian" or not isinstance(plan.sampling, _OTHERS_IMPLEMENT) or plan.unit == "group":
         raise ValueError("--crosscheck covers Gaussian plans with poisson, fixed or no sampling (the cases the "
                          "other libraries implement)")
     step, rows = plan.step_event(), []
