@@ -209,8 +209,18 @@ class Plan:
         return unit_views(self)
 
     def event(self) -> ev.Event:
-        """The event of the whole plan: ``steps`` compositions of the step event."""
-        return ev.SelfComposed(self.step_event(), self.steps)
+        """The event of the whole plan for its own unit: its guarantee's event composed over its charges
+        (``steps`` steps, or the passes of shuffled sampling; a group's event for ``unit = 'group'``).
+
+        Raises:
+            ValueError: where the plan's bound is the worst of several events (the record level of episodic
+                sampling: ``plan_epsilon`` takes the worst) or there is none.
+        """
+        g = self.units()[0]
+        if g.event is None or g.alternatives:
+            raise ValueError(f"the {g.unit}-level bound of this plan (sampling.scheme = '{self.sampling.scheme}') is "
+                             "the worst of several events, not one event: use plan_epsilon")
+        return ev.SelfComposed(g.event, g.steps)
 
 
 def _group_size(d: Mapping, unit: str) -> Optional[int]:

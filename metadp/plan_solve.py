@@ -63,6 +63,9 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
         return Solved(solve, value, _with(plan_dict, noise=value))
     if solve == "steps":
         template = _with(plan_dict, steps=1)
+        if template.sampling.charge != "step" or template.unit == "group":
+            raise ValueError(f"solving for the steps needs a plan charged per step for one unit (sampling.scheme = "
+                             f"'{template.sampling.scheme}', unit = '{template.unit}'): solve for the noise instead")
         value = calibration.max_steps(template.step_event(), target_epsilon, template.delta,
                                       relation=template.relation, accountant=template.accountant)
         if value == 0:  # a true answer of the library (no step fits), not a usable plan
