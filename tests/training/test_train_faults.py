@@ -33,16 +33,24 @@ STEP = PoissonSampled(0.1, Gaussian(1.0))  # the task view's event per step of S
 def start(out: Path, *extra):
     """The real command in a child process; its stderr goes to a file (a pipe nobody reads could fill up)."""
     log = open(out.parent / f"{out.name}.stderr", "w+")
+    # Ctrl-C's default action restored in the child: a shell without job control starts background commands
+    # (e.g. a CI script run with &) with SIGINT ignored, which the child would inherit and never see SIGINT.
     child = subprocess.Popen([sys.executable, "-m", "metadp", "train", *SMALL, *extra, "--out", str(out)], cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=log,
-                             text=True)
+                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     child.log = log
     return child
 
 
 def finish(child, timeout: float = 120.0) -> str:
-    """Waits for the child; returns its stderr."""
-    child.wait(timeout=timeout)
+    """Waits for the child (killed if it outlives ``timeout``: a failing test leaves no run behind); returns
+    its stderr."""
+    try:
+        child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        pytest.fail(f"the run did not end within {timeout:g} s")
     child.log.seek(0)
     text = child.log.read()
     child.log.close()
