@@ -29,6 +29,7 @@ from metadp.accounting import (
 )
 from metadp.accounting.calibration import calibrate_noise, max_rate, max_steps
 from metadp.core.rdp import gaussian_rdp, poisson_gaussian_rdp, wor_gaussian_rdp
+from metadp.cli import main
 from metadp.plan import Plan, load_plan, plan_epsilon
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,17 +299,34 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case, needles", CLI_CASES)
-def test_cli_rejects(case, needles, tmp_path):
-    argv = case(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "metadp", *argv], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 2, f"exit {proc.returncode}; stderr: {proc.stderr[-2000:]}"
-    assert proc.stdout == "", f"printed on stdout despite bad input: {proc.stdout!r}"
-    lines = proc.stderr.strip("\n").splitlines()
-    assert len(lines) == 1, f"stderr is not one line: {proc.stderr!r}"
+def _check_rejection(code, stdout, stderr, needles):
+    assert code == 2, f"exit {code}; stderr: {stderr[-2000:]}"
+    assert stdout == "", f"printed on stdout despite bad input: {stdout!r}"
+    lines = stderr.strip("\n").splitlines()
+    assert len(lines) == 1, f"stderr is not one line: {stderr!r}"
     for needle in needles:
         assert needle in lines[0], f"stderr {lines[0]!r} does not contain {needle!r}"
+
+
+@pytest.mark.parametrize("case, needles", CLI_CASES)
+def test_cli_rejects(case, needles, tmp_path, capsys):
+    # In-process (metadp.cli.main, as the console script calls it); real processes below.
+    try:
+        code = main(case(tmp_path))
+    except SystemExit as err:  # argparse's own refusals
+        code = err.code
+    out = capsys.readouterr()
+    _check_rejection(code, out.out, out.err, needles)
+
+
+_REAL_PROCESS = ("cli-delta-nan", "cli-nonexistent-plan-file", "cli-unknown-sampling")
+
+
+@pytest.mark.parametrize("case, needles", [p for p in CLI_CASES if p.id in _REAL_PROCESS])
+def test_a_real_process_rejects_with_one_line_and_no_traceback(case, needles, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "metadp", *case(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _check_rejection(proc.returncode, proc.stdout, proc.stderr, needles)
 
 
 def test_there_are_at_least_30_distinct_cases():

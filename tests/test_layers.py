@@ -123,6 +123,7 @@ def test_the_layer_check_can_fail():
 SUBPACKAGES = sorted({m.split(".")[1] for m, _ in MODULES if m.count(".") >= 1})
 
 
+@pytest.mark.slow  # 17 fresh interpreters; the AST checks above (default run) already rule out upward imports
 def test_importing_any_subpackage_first_works():
     # One fresh interpreter per subpackage, all at once (a cycle shows only when its module comes first).
     names = [n for n in SUBPACKAGES if n != "__main__"]
