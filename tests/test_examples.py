@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
+from metadp.cli import main
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,13 +291,19 @@ def test_readme_printed_report_is_the_default_plans_report():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_cli_plan_json_matches_library(name, reports):
-    """`metadp plan FILE --json` prints the library's report (same epsilon, unit and relation)."""
+def test_cli_plan_json_matches_library(name, reports, capsys):
+    """`metadp plan FILE --json` prints the library's report (same epsilon, unit and relation); in-process."""
     accountant = EXPECTED[name].get("accountant", "rdp")
-    proc = subprocess.run([sys.executable, "-m", "metadp", "plan", str(EXAMPLES / name), "--json", "--accountant", accountant],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stderr
-    d = json.loads(proc.stdout)
+    assert main(["plan", str(EXAMPLES / name), "--json", "--accountant", accountant]) == 0
+    d = json.loads(capsys.readouterr().out)
     assert d["epsilon"] == reports[name].epsilon
     assert d["unit"] == EXPECTED[name]["unit"] and d["relation"] == EXPECTED[name]["relation"]
+
+
+def test_cli_plan_json_in_a_real_process(reports):
+    name = "dp_sgd_mnist.toml"
+    proc = subprocess.run([sys.executable, "-m", "metadp", "plan", str(EXAMPLES / name), "--json", "--accountant",
+                           EXPECTED[name].get("accountant", "rdp")], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["epsilon"] == reports[name].epsilon
