@@ -279,7 +279,10 @@ class _Run:
             eps = ledger.spent(c.delta, kind=kind) if ledger is not None else None
             eps = eps if eps is not None and math.isfinite(eps) else None
             if eps is not None:
-                certified[v.key] = v.certified(eps, None, kind)
+                # PLD also certifies a lower bound on the optimal epsilon of the same ledger (RDP does not)
+                lower = (ledger.accountant("pld").get_epsilon_bounds(c.delta).epsilon_lower
+                         if kind == "pld" and ledger.entries else None)
+                certified[v.key] = v.certified(eps, lower, kind)
             entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
                             "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
                             "epsilon": eps, "guarantee": "none" if eps is None else "upper bound",

@@ -8,6 +8,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+from metadp.accounting import FixedSizeSampled, Gaussian, PoissonSampled  # noqa: E402
+from metadp.accounting.pld import PldAccountant  # noqa: E402
+from metadp.accounting.rdp_accountant import RdpAccountant  # noqa: E402
 from metadp.cli import main  # noqa: E402
 from metadp.plan import default_plan, plan_epsilon  # noqa: E402
 from metadp.report import Report  # noqa: E402
@@ -43,6 +46,11 @@ def test_a_private_run_reports_its_budget_unit_like_a_plan(tmp_path, plan_json, 
     views = {v["view"]: v for v in run["views"]}
     assert run["unit"] == "task" and run["view"] == "task" and run["bound"] == "upper"
     assert run["epsilon"] == views["task"]["epsilon"] > 0 and run["accountant"] == views["task"]["accountant"]
+    # the oracle: 3 steps of Poisson rate 4/40 over a Gaussian of multiplier 1, composed afresh
+    bounds = PldAccountant().compose(PoissonSampled(0.1, Gaussian(1.0)), 3).get_epsilon_bounds(1e-5)
+    assert run["epsilon"] == pytest.approx(bounds.epsilon_upper, rel=1e-9) and run["delta"] == 1e-5
+    assert run["epsilon_lower"] == pytest.approx(bounds.epsilon_lower, rel=1e-9)
+    assert 0 < run["epsilon_lower"] <= run["epsilon"]
     assert run["relation"] == "add_remove" and run["sampling"]["scheme"] == "poisson"
     assert [o["view"] for o in run["other_units"]] == ["record"]
     assert run["other_units"][0]["epsilon"] == views["record"]["epsilon"]
@@ -58,6 +66,9 @@ def test_fixed_size_batches_report_substitution_and_rdp(tmp_path, plan_json):
     _same_schema(run, plan_json)
     assert run["relation"] == "substitute" and run["accountant"] == "rdp" and run["conversion"] == "cks"
     assert run["sampling"]["scheme"] == "fixed" and run["sampling"]["batch_size"] == 4
+    # the oracle: 3 steps of 4 of 40 without replacement, substitution (sensitivity 2C), RDP
+    rdp = RdpAccountant("substitute").compose(FixedSizeSampled(4, 40, Gaussian(1.0), 2.0), 3).get_epsilon(1e-5)
+    assert run["epsilon"] == pytest.approx(rdp, rel=1e-9) and run["epsilon_lower"] is None
 
 
 def test_a_non_private_run_has_the_keys_and_no_epsilon(tmp_path, plan_json):
