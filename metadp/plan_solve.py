@@ -14,6 +14,8 @@ import dataclasses
 from typing import Any, Dict, Mapping
 
 from metadp.accounting import calibration
+from metadp.accounting.rdp_accountant import UnsupportedEventError
+from metadp.accounting.registry import ACCOUNTANTS
 from metadp.plan import Plan
 
 __all__ = ["SOLVABLE", "Solved", "Unreachable", "calibrate_plan"]
@@ -45,6 +47,23 @@ def _with(d: Mapping[str, Any], *, noise=None, steps=None, rate=None) -> Plan:
     return Plan.from_dict(d)
 
 
+def _best(template: Plan, solve_with, pick):
+    """``solve_with(accountant)`` for the plan's accountant; for ``accountant = "all"`` (the report takes the
+    tightest accountant's bound) for each accountant that handles the plan, the best by ``pick`` (min or
+    max): the report at that value is within the target, since its own accountant's bound is."""
+    if template.accountant != "all":
+        return solve_with(template.accountant)
+    found, errors = [], []
+    for name in ACCOUNTANTS:
+        try:
+            found.append(solve_with(name))
+        except UnsupportedEventError as err:
+            errors.append(f"{name}: {err}")
+    if not found:
+        raise ValueError(f"no accountant handles this plan: {'; '.join(errors)}")
+    return pick(found)
+
+
 def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: float) -> Solved:
     """The smallest noise multiplier, the largest number of steps or the largest Poisson rate (``solve``)
     for which the plan's epsilon at its delta is at most ``target_epsilon``.
@@ -57,23 +76,24 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
         raise ValueError(f"solve must be one of {', '.join(SOLVABLE)}, got {solve!r}")
     if solve == "noise":
         template = _with(plan_dict, noise=1.0)
-        value = calibration.calibrate_noise(lambda z: _with(plan_dict, noise=z).event(), target_epsilon,
-                                            template.delta, relation=template.relation,
-                                            accountant=template.accountant)
+        value = _best(template, lambda name: calibration.calibrate_noise(
+            lambda z: _with(plan_dict, noise=z).event(), target_epsilon, template.delta, relation=template.relation,
+            accountant=name), min)
         return Solved(solve, value, _with(plan_dict, noise=value))
     if solve == "steps":
         template = _with(plan_dict, steps=1)
         if template.sampling.charge != "step" or template.unit == "group":
             raise ValueError(f"solving for the steps needs a plan charged per step for one unit (sampling.scheme = "
                              f"'{template.sampling.scheme}', unit = '{template.unit}'): solve for the noise instead")
-        value = calibration.max_steps(template.step_event(), target_epsilon, template.delta,
-                                      relation=template.relation, accountant=template.accountant)
+        value = _best(template, lambda name: calibration.max_steps(
+            template.step_event(), target_epsilon, template.delta, relation=template.relation, accountant=name), max)
         if value == 0:  # a true answer of the library (no step fits), not a usable plan
             raise Unreachable(f"target epsilon {target_epsilon:g} is unreachable: one step already exceeds it")
         return Solved(solve, value, _with(plan_dict, steps=value))
     if plan_dict["sampling"].get("scheme") != "poisson":
         raise ValueError("solving for the rate needs Poisson sampling (sampling.scheme = 'poisson')")
     template = _with(plan_dict, rate=0.5)
-    value = calibration.max_rate(lambda q: _with(plan_dict, rate=q).event(), target_epsilon, template.delta,
-                                 relation=template.relation, accountant=template.accountant)
+    value = _best(template, lambda name: calibration.max_rate(
+        lambda q: _with(plan_dict, rate=q).event(), target_epsilon, template.delta, relation=template.relation,
+        accountant=name), max)
     return Solved(solve, value, _with(plan_dict, rate=value))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from metadp.training import algorithms, datasets
+from metadp.training.plan_command import PLAN_FLAGS, flags_plan_refusal
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
 
@@ -36,6 +37,8 @@ _READERS = {
     "checkpoint_every": (_META, "the MAML and Reptile family"),
     "resume": (_META, "the MAML and Reptile family (protonet runs cannot be resumed)"),
     "resume_changed": (_META, "the MAML and Reptile family, with --resume"),
+    "plan": (_META, "the MAML and Reptile family"),
+    "save_plan": (_META, "the MAML and Reptile family"),
 }
 # the flags of the privacy mechanism, refused at once for a non-private algorithm
 _MECHANISM = ("unit", "noise", "clip", "clip_mode", "clip_policy", "count_noise", "inner_clip", "inner_noise")
@@ -43,7 +46,8 @@ _PROTONET_ONLY = ("obfuscation", "cell", "m", "radius", "sigma", "denoiser", "de
 
 # flag defaults that depend on the algorithm or the data are None in the parser and set here
 DEFAULTS = {"delta": 1e-5, "clip": 1.0, "clip_mode": "flat", "clip_policy": "fixed", "inner_clip": 1.0,
-            "meta_batch": 32.0, "pool": 10000, "inner_steps": 1, "norm": "batch", "checkpoint_every": 50}
+            "meta_batch": 32.0, "pool": 10000, "inner_steps": 1, "norm": "batch", "checkpoint_every": 50,
+            "steps": 1000}
 
 _MAX_SEED = 2**63 - 1
 
@@ -123,12 +127,19 @@ def check_train_args(args) -> None:
     if protonet:
         _check_protonet(args)
     else:
-        given = [_flag(n) for n in _PROTONET_ONLY if _given(args, n)]
+        plan = getattr(args, "plan", None)
+        given = [_flag(n) for n in _PROTONET_ONLY if _given(args, n) and not (n == "shots" and plan)]
         if given:
             raise ValueError(f"{', '.join(given)} apply to protonet only, not {algorithm}; drop them")
         _check_readers(args)
-        _check_maml_family(args)
+        if plan:  # the plan decides its flags' values (metadp.training.plan_command checks them against it)
+            if args.resume_changed and not args.resume:
+                raise ValueError("--resume-changed applies with --resume (it lets a resumed run change its settings)")
+        else:
+            _check_maml_family(args)
     for name, value in DEFAULTS.items():
+        if getattr(args, "plan", None) and name in PLAN_FLAGS:
+            continue
         if getattr(args, name, None) is None:
             setattr(args, name, value)
 
@@ -205,6 +216,10 @@ def _check_maml_family(args) -> None:
         raise ValueError(f"--epsilon without --inner-noise: the {unit} view of {algorithm} is charged per visit, "
                          f"and visits are random under --sampler {sampler}, so the noise cannot be calibrated; "
                          "give --inner-noise, or use --sampler one-pass")
+    if args.save_plan:
+        why = flags_plan_refusal(alg, unit, sampler)
+        if why is not None:
+            raise ValueError(why)
     policy = args.clip_policy or "fixed"
     if policy == "raw-percentile" and args.epsilon is not None:
         raise ValueError("--clip-policy raw-percentile computes clipping thresholds from raw gradient norms: the run "

@@ -40,6 +40,8 @@ from metadp.report import format_upper
 from metadp.training import algorithms, data_setups, datasets, run_folder
 from metadp.training.arguments import check_device, check_train_args
 from metadp.training.parser import CLI_OBFUSCATIONS
+from metadp.training.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
+from metadp.training.plan_run import fresh_episodes, plan_settings
 from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
 from metadp.training.trainer import TrainConfig, stream_seed, calibrate, train
 
@@ -161,7 +163,80 @@ def _stored_noise(args, private: bool):
     return float(config["noise_multiplier"]), float(config["inner_noise"])
 
 
+def _run_plan(args) -> None:
+    """``metadp train ALGO --plan FILE`` (``metadp.training.plan_run``)."""
+    plan, table = load_run_plan(args.plan)
+    _check_inputs(args)
+    check_plan_flags(args, plan)
+    alg = algorithms.get(args.algorithm)
+    if args.epsilon is not None:
+        was = plan.noise.multiplier
+        plan, table, z = calibrated(table, args.epsilon)
+        print(f"noise calibrated to the plan's budget: noise.multiplier = {z:.6g} (the file says {was:g}); the plan's "
+              f"{plan.unit} epsilon <= {args.epsilon:g} at delta {plan.delta:g}")
+    args.fresh_episodes = fresh_episodes(plan)
+    args.n_way = plan.hierarchy.levels[0].size if args.fresh_episodes else None
+    if not args.fresh_episodes:
+        args.pool = plan.sampling.population
+    model, source, loss_fn, inner_lr = _setup(args)
+    if args.fresh_episodes:
+        try:
+            source.check(plan.hierarchy)
+        except ValueError as err:
+            raise ValueError(f"--plan {args.plan} does not match --data {args.data}: {err}") from None
+    inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
+    settings = plan_settings(plan, alg)
+    if args.clip_policy == "noisy-window":  # post-processing of the released sums: the plan's accounting holds
+        settings["clip_policy"] = "noisy-window"
+    config = TrainConfig(algorithm=args.algorithm, **settings, inner_steps=args.inner_steps,
+                         inner_lr=inner_lr,
+                         outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
+                         first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
+                         chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
+    if args.save_plan:
+        save_plan(args.save_plan, table)
+    setup = {"--data": args.data, "--rotations": args.rotations, "--shots": args.shots,
+             "--norm": args.norm if datasets.get(args.data).images else None, "--plan": table}
+    bars = []
+
+    def progress(step, loss, spent):
+        if not bars:
+            bars.append(tqdm(total=plan.steps, file=sys.stderr, desc=args.algorithm, leave=False))
+        bars[0].n = step
+        bars[0].set_postfix({"loss": f"{loss:.3f}"}, refresh=False)
+        bars[0].refresh()
+
+    try:
+        result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
+                       resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
+    finally:
+        for bar in bars:
+            bar.close()
+    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
+    out = Path(args.out)
+    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
+                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    report = result.report
+    print(f"{args.algorithm} ran the plan {plan.name!r} ({args.plan}): {report['steps_done']:,} of {plan.steps:,} "
+          f"steps; {plan.sampling.text('task')}")
+    if not alg.private:
+        print("non-private: no privacy guarantee (the plan's sampling and steps, without clipping or noise)")
+    else:
+        print(f"  {report['unit']} [the plan's unit]: epsilon <= {format_upper(report['epsilon'])} (upper bound, "
+              f"{report['accountant'].upper()}) at delta = {report['delta']:g}, {report['relation'].replace('_', '/')} "
+              "neighbours")
+        for other in report["other_units"]:
+            print(f"  {other['unit']}: epsilon <= {format_upper(other['epsilon'])} (upper bound, "
+                  f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
+                  f"{other['relation'].replace('_', '/')} neighbours")
+        print(f"  the same numbers as `metadp plan {args.plan}` for the steps run; every release is on each unit's "
+              "ledger")
+    print(f"evaluation: {score}; files in {out}/")
+
+
 def run_train(args) -> None:
+    if args.plan is not None:
+        return _run_plan(args)
     _check_inputs(args)
     alg = algorithms.get(args.algorithm)
     if not alg.meta_loop:
@@ -189,6 +264,9 @@ def run_train(args) -> None:
         print(f"noise calibrated to the budget of the {config.budget_unit} view: z = {config.noise_multiplier:.4g}, "
               f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
               f"{args.delta:g}, {'RDP' if config.sampling == 'fixed' else 'PLD'})")
+    if args.save_plan:
+        save_plan(args.save_plan, flags_plan(args, config))
+        print(f"plan written to {args.save_plan} (metadp plan {args.save_plan} certifies it)")
     if args.clip_policy == "raw-percentile":
         print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "
               "(dp-maml.txt Sec. 5.2.1): this run is NOT differentially private and reports no epsilon", file=sys.stderr)

@@ -17,6 +17,9 @@ def _mse(out, y):
 
 
 def sinusoid_setup(args):
+    if getattr(args, "fresh_episodes", False):
+        raise ValueError("sinusoid tasks are generated, not drawn from records: a plan with [[hierarchy]] levels "
+                         "needs image data (--data glyphs or omniglot)")
     pool = tasks.SinusoidPool(args.pool, 10, 10, seed=args.seed, device=args.device)
     return models.MLP, pool, _mse, 0.01
 
@@ -29,14 +32,27 @@ def _glyphs(args):
     return data.synthetic_glyphs(200, 20, seed=args.seed, device=args.device).images
 
 
+def _ways(args, default: int) -> int:
+    """The episodes' classes: a plan run's (its hierarchy's top draw, ``args.n_way``) or the data set's."""
+    return getattr(args, "n_way", None) or default
+
+
+def _pool_or_source(args, images, n_way: int):
+    """A plan run's fresh-episode source (``args.fresh_episodes``) or the fixed pool of ``args.pool`` tasks."""
+    if getattr(args, "fresh_episodes", False):
+        return tasks.EpisodeImages(images, k_shot=args.shots or 1)
+    return tasks.EpisodePool(images, args.pool, n_way=n_way, k_shot=1, k_query=1, seed=args.seed)
+
+
 def glyphs_setup(args):
-    pool = tasks.EpisodePool(_glyphs(args)[:150], args.pool, n_way=5, k_shot=1, k_query=1, seed=args.seed)
-    return (lambda: models.Conv4(5, norm=args.norm)), pool, torch.nn.functional.cross_entropy, 0.4
+    n = _ways(args, 5)
+    pool = _pool_or_source(args, _glyphs(args)[:150], n)
+    return (lambda: models.Conv4(n, norm=args.norm)), pool, torch.nn.functional.cross_entropy, 0.4
 
 
 def glyphs_evaluate(args, model, params, loss_fn, inner_lr):
     held = _glyphs(args)[150:]
-    test = tasks.EpisodePool(held, args.eval_tasks, n_way=5, k_shot=1, k_query=5, seed=args.seed + 7)
+    test = tasks.EpisodePool(held, args.eval_tasks, n_way=_ways(args, 5), k_shot=1, k_query=5, seed=args.seed + 7)
     return evaluate.evaluate_tasks(model, params, test.batch(torch.arange(args.eval_tasks, device=held.device)),
                                    loss_fn, args.inner_steps, inner_lr, "accuracy")
 
@@ -48,14 +64,15 @@ def glyphs_split(args):
 
 def omniglot_setup(args):
     images = data.load_omniglot_background(args.data_dir, rotations=args.rotations, device=args.device).images
-    pool = tasks.EpisodePool(images, args.pool, n_way=20, k_shot=1, k_query=1, seed=args.seed)
-    # inner lr 0.1: Finn et al.'s 20-way Omniglot setting (0.4 overshoots at initialisation: the support loss rises)
-    return (lambda: models.Conv4(20, norm=args.norm)), pool, torch.nn.functional.cross_entropy, 0.1
+    n = _ways(args, 20)
+    pool = _pool_or_source(args, images, n)
+    # inner lr: Finn et al.'s, 0.1 for 20-way (0.4 overshoots at initialisation: the support loss rises), 0.4 for 5-way
+    return (lambda: models.Conv4(n, norm=args.norm)), pool, torch.nn.functional.cross_entropy, 0.1 if n > 5 else 0.4
 
 
 def omniglot_evaluate(args, model, params, loss_fn, inner_lr):
     runs = data.load_one_shot_runs(args.data_dir, device=args.device)
-    return evaluate.evaluate_one_shot_runs(model, params, runs, args.inner_steps, inner_lr)
+    return evaluate.evaluate_one_shot_runs(model, params, runs, args.inner_steps, inner_lr, n_way=_ways(args, 20))
 
 
 def omniglot_split(args):

@@ -64,8 +64,23 @@ def evaluate_sinusoid(model, params, n_tasks: int = 600, k_shot: int = 10, steps
     return evaluate_tasks(model, params, tasks, lambda o, y: ((o - y) ** 2).mean(), steps, lr, "mse")
 
 
-def evaluate_one_shot_runs(model, params, runs, steps: int, lr: float) -> Score:
+def evaluate_one_shot_runs(model, params, runs, steps: int, lr: float, n_way: int = 20) -> Score:
     """Accuracy on the 20 official Omniglot 20-way 1-shot runs (``data.load_one_shot_runs``), the model's
-    head sized for 20 classes."""
-    tasks = tuple(torch.stack(t) for t in zip(*[(r.support, r.support_labels, r.query, r.query_labels) for r in runs]))
+    head sized for ``n_way`` classes: 20, or a divisor of 20, each run's classes then cut in order into
+    20 / n_way tasks of ``n_way`` classes whose query items are that run's test items of those classes."""
+    if n_way == 20:
+        tasks = tuple(torch.stack(t) for t in zip(*[(r.support, r.support_labels, r.query, r.query_labels)
+                                                    for r in runs]))
+    elif 20 % n_way == 0:
+        tasks = tuple(torch.stack(t) for t in zip(*[_cut(r, g, n_way) for r in runs for g in range(20 // n_way)]))
+    else:
+        raise ValueError(f"the one-shot runs are 20-way: n_way must divide 20, got {n_way}")
     return evaluate_tasks(model, params, tasks, torch.nn.functional.cross_entropy, steps, lr, "accuracy")
+
+
+def _cut(run, group: int, n_way: int):
+    """The ``group``-th n_way-class task of a one-shot run (support in class order, labels 0..n_way-1)."""
+    first = group * n_way
+    order = torch.argsort(run.support_labels)[first:first + n_way]
+    keep = (run.query_labels >= first) & (run.query_labels < first + n_way)
+    return run.support[order], run.support_labels[order] - first, run.query[keep], run.query_labels[keep] - first

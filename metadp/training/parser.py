@@ -33,6 +33,13 @@ def add_train_parser(sub, number, formatter) -> None:
                         "$METADP_DATA, then ../shared/data/omniglot beside the metadp checkout (a folder whose "
                         "pyproject.toml names metadp) that holds the current folder, or the package's own "
                         "checkout (editable installs). Nothing is ever downloaded")
+    t.add_argument("--plan", metavar="FILE",
+                   help="run a plan file (docs/plan-format.md): its unit, delta, sampling (episodes included), noise "
+                        "and steps are the run's, and privacy_report.json is its `metadp plan FILE --json` report. "
+                        "Flags the plan sets must agree with it; --epsilon calibrates its noise multiplier")
+    t.add_argument("--save-plan", metavar="FILE",
+                   help="write the plan this run executes (with --plan: its calibrated form; else the plan the flags "
+                        "describe) as a TOML plan file; never overwrites")
     t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
                    help="the guarantee whose budget stops the run (default: task; record for "
                         f"{' and '.join(algorithms.names(private=True, default_unit='record'))}); every other one is "
@@ -57,7 +64,7 @@ def add_train_parser(sub, number, formatter) -> None:
                    help=f"per-example clip inside tasks ({', '.join(algorithms.names(inner_dp=True))}; default 1)")
     t.add_argument("--inner-noise", type=number("--inner-noise", float),
                    help="z_in inside tasks (default: --noise; calibrated for dp-reptile and record-vs-server)")
-    t.add_argument("--steps", type=number("--steps", int), default=1000)
+    t.add_argument("--steps", type=number("--steps", int), help="steps (default 1000)")
     t.add_argument("--meta-batch", type=number("--meta-batch", float),
                    help="expected tasks per step, at most --pool (default 32; a whole number with --sampler fixed)")
     t.add_argument("--pool", type=number("--pool", int), help="fixed pool of training tasks (default 10000)")
@@ -108,7 +115,9 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="lambda in loss = classification + lambda * denoising MSE (default 1, the paper's)")
     p.add_argument("--ways", type=number("--ways", int),
                    help="N of N-way episodes, training and evaluation (default 5)")
-    p.add_argument("--shots", type=number("--shots", int), help="support images per class (default 5)")
+    p.add_argument("--shots", type=number("--shots", int),
+                   help="support images per class (protonet: default 5; a plan's fresh episodes: default 1, the rest "
+                        "of each class's drawn examples are its query)")
     p.add_argument("--query", type=number("--query", int), help="query images per class (default 5)")
 
 

@@ -23,14 +23,25 @@ from metadp.training.budget import budget_schedule
 from metadp.training.clipping import ClipPolicy
 from metadp.training.config import TrainConfig
 from metadp.training.privacy import SamplingPlan
+from metadp.training.plan_run import fresh_episodes, plan_report, plan_views
 from metadp.training.report import run_report
-from metadp.training.samplers import sampler_for
+from metadp.training.samplers import EpisodicSampler, sampler_for
+from metadp.training.tasks import FreshEpisodes
 
 __all__ = ["stream_seed", "run_views", "calibrate", "accountant_for"]
 
 
 def _json_safe(d: dict) -> dict:
     return {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def sampled_rows(mask: torch.Tensor, capacity: int):
+    """Indices of the sampled rows padded to ``capacity`` (or more, never dropping one) and their weights."""
+    idx = torch.nonzero(mask).flatten()
+    size = max(capacity, int(idx.numel()))
+    weights = torch.zeros(size, device=mask.device)
+    weights[: idx.numel()] = 1.0
+    return torch.cat([idx, idx.new_zeros(size - idx.numel())]), weights
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -60,6 +71,23 @@ def _device_of(pool) -> torch.device:
     """Where the pool's tensors live (``EpisodePool.images``, or ``SinusoidPool.device``)."""
     images = getattr(pool, "images", None)
     return images.device if images is not None else torch.device(pool.device)
+
+
+def _plan_sampling(plan, data, c: TrainConfig, device):
+    """(sampler, episode drawer or None, expected tasks a step) of a plan run over ``data`` (a task pool, or
+    ``tasks.EpisodeImages`` for fresh episodes, checked against the plan's hierarchy)."""
+    if fresh_episodes(plan):
+        data.check(plan.hierarchy)
+    elif data.size != plan.sampling.population:
+        raise ValueError(f"the task pool has {data.size} tasks, the plan's sampling.population is "
+                         f"{plan.sampling.population}")
+    gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "sampler"))
+    sampler = sampler_for(plan.sampling, gen)
+    drawer = None
+    if fresh_episodes(plan) and not isinstance(sampler, EpisodicSampler):  # a fresh episode per sampled task slot
+        drawer = EpisodicSampler(plan.hierarchy, 1, torch.Generator(device=device).manual_seed(
+            stream_seed(c.seed, "episodes")))
+    return sampler, drawer, float(c.meta_batch)
 
 
 def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[SamplingPlan] = None,
@@ -136,17 +164,22 @@ class _Run:
     budget that does not cover one release); :meth:`open_ledgers` then opens or creates the files.
     """
 
-    def __init__(self, pool, config: TrainConfig, device: str):
-        self.pool, self.config = pool, config
+    def __init__(self, pool, config: TrainConfig, device: str, plan_file=None):
+        self.pool, self.config, self.plan_file = pool, config, plan_file
         c = config
-        self.sampler, plan, self.expected = _sampling(pool, c)
+        self.drawer = None
+        if plan_file is None:
+            self.sampler, plan, self.expected = _sampling(pool, c)
+        else:
+            self.sampler, self.drawer, self.expected = _plan_sampling(plan_file, pool, c, device)
+            plan = None
         self.plan = plan
         self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
         self.noise_gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "noise"))
         self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
                                  target=c.clip_target, learning_rate=c.clip_lr,
                                  count_noise=c.quantile_count_noise if c.clip_policy == "quantile" else None)
-        self.multiplicity = pool.record_multiplicity() if c.private else 1
+        self.multiplicity = pool.record_multiplicity() if c.private and plan_file is None else 1
         self.views = self._views()
         self.primary = next((v for v in self.views if v.key == c.budget_unit), None)
         if c.private and (self.primary is None or (self.primary.event is None and math.isfinite(c.epsilon))):
@@ -216,6 +249,8 @@ class _Run:
                                    else Ledger.create(path, v.relation, v.unit, c.delta, metadata=meta))
 
     def _views(self):
+        if self.plan_file is not None:
+            return plan_views(self.plan_file) if self.config.private else ()
         return run_views(self.pool, self.config, self.policy.private, plan=self.plan, multiplicity=self.multiplicity)[1]
 
     # -- budget ------------------------------------------------------------------------------------
@@ -261,6 +296,21 @@ class _Run:
             elif v.charge == "visit" and visits_added > 0:
                 ledger.append(v.event, visits_added, step=step)
 
+    def step_tasks(self, drawn):
+        """(tasks, rows, weights) of a step from the sampler's draw: the pool's sampled rows (a Poisson mask
+        padded to the capacity, pads weighted 0), or this step's fresh episodes."""
+        if isinstance(drawn, torch.Tensor) and drawn.dtype == torch.bool:
+            rows, weights = sampled_rows(drawn, self.capacity)
+        elif isinstance(drawn, torch.Tensor):
+            rows, weights = drawn, torch.ones(drawn.numel(), device=drawn.device)
+        else:  # the episodic sampler's episodes
+            rows = torch.arange(drawn.indices[0].shape[0], device=drawn.indices[0].device)
+            return FreshEpisodes.of(self.pool, drawn), rows, torch.ones(rows.numel(), device=rows.device)
+        if self.drawer is None:
+            return self.pool, rows, weights
+        episodes = self.drawer.sample(rows.numel())  # a fresh episode for each sampled slot (and each pad)
+        return FreshEpisodes.of(self.pool, episodes), torch.arange(rows.numel(), device=rows.device), weights
+
     def count_visits(self, rows: torch.Tensor, weights: torch.Tensor) -> Optional[torch.Tensor]:
         """The record visits after this step (not yet committed), or None when no view counts visits."""
         if self.record_visits is None:
@@ -272,6 +322,8 @@ class _Run:
         """``privacy_report.json``: the schema of ``metadp plan --json`` (``run_report``) plus the run's own
         record (algorithm, every view with its charges, budget, sampling realised, clipping)."""
         c = self.config
+        if self.plan_file is not None:
+            return self._plan_report(steps)
         entries, certified = [], {}
         for v in self.views:
             ledger = self.ledgers.get(v.key)
@@ -310,14 +362,65 @@ class _Run:
         })
         return out
 
+    def plan_prefix(self, steps: int) -> int:
+        """The plan's steps that the releases on record amount to: the primary ledger's entries for a step
+        charge; for a pass charge, the fewest steps whose passes cover the passes on record (a resume after
+        a lost checkpoint restarts at step 0 with earlier passes still charged)."""
+        ledger = self.primary_ledger
+        if ledger is None:
+            return steps
+        if self.primary.charge == "step":
+            return len(ledger.entries)
+        scheme, passes = self.plan_file.sampling, len(ledger.entries)
+        covering = 0 if passes == 0 else (passes - 1) * scheme.population // scheme.batch_size + 1
+        return max(steps, covering)
+
+    def _plan_report(self, steps: int) -> dict:
+        """A plan run's report: the plan's report over the releases on record (``metadp plan --json``'s for a
+        run that completes) and the run's record, with each ledger checked against the plan's events."""
+        c, plan = self.config, self.plan_file
+        prefix = self.plan_prefix(steps)
+        if c.private:
+            out = plan_report(plan, prefix)
+        else:
+            noise = None
+            out = run_report(f"metadp train {c.algorithm} (plan: {plan.name})", None, (), plan.sampling, noise, steps,
+                             None)
+        prefix_views = {g.key: g for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
+        entries = []
+        for v in self.views:
+            ledger = self.ledgers.get(v.key)
+            charges = len(ledger.entries) if ledger is not None else 0
+            planned = prefix_views[v.key].steps if v.key in prefix_views else None
+            entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
+                            "charged_per": v.charge, "charges": charges, "planned_charges": planned,
+                            "event": v.event.describe() if v.event is not None else None,
+                            "ledger_matches_plan": ledger is not None and charges == planned
+                            and all(r.event == v.event for r in ledger.entries)})
+        out.update({
+            "engine": "local", "algorithm": c.algorithm, "private": c.private, "plan": plan.name,
+            "steps_done": steps, "plan_steps": plan.steps, "plan_prefix_steps": prefix,
+            "budget_unit": plan.unit if c.private else None, "last_step_within_budget": self.last_step,
+            "clip_policy": c.clip_policy, "final_clip": self.policy.threshold, "expected_tasks": self.expected,
+            "accountant_note": ("the plan's report (metadp.plan.plan_epsilon) over the releases on record; each "
+                                "view's ledger holds the plan's event once per charge") if c.private else None,
+            "views": entries,
+            "note": None if c.private else ("non-private: no privacy guarantee (the plan's sampling and steps, without "
+                                            "clipping or noise)"),
+        })
+        return out
+
     def state(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),
                 "policy": self.policy.state_dict(), "max_visits": self.max_visits,
                 "record_visits": None if self.record_visits is None else self.record_visits.cpu(),
-                "ledgers": {k: (len(l.entries), l.head) for k, l in self.ledgers.items()}}
+                "ledgers": {k: (len(l.entries), l.head) for k, l in self.ledgers.items()},
+                "drawer": None if self.drawer is None else self.drawer.state_dict()}
 
     def load(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        if self.drawer is not None:
+            self.drawer.load_state_dict(state["drawer"])
         self.noise_gen.set_state(state["noise_generator"])
         self.policy.load_state_dict(state["policy"])
         self.max_visits = state["max_visits"]

@@ -11,6 +11,8 @@ sampler                one step returns          event                          
 PoissonSampler         mask [pool]               PoissonSampled(q, inner) per step           add_remove
 FixedSizeSampler       indices [batch]           FixedSizeSampled(m, n, inner) per step      substitute
 BallsInBinsSampler     mask [pool]               inner per pass (one step per unit a pass)   add_remove
+ShuffleSampler         indices [<= batch]        inner per pass (one step per unit a pass)   either
+EverySampler           indices [pool]            inner per step (no sampling)                either
 EpisodicSampler        indices per level         EpisodicSampled(L, P_U, r, inner, shift)    add_remove
 =====================  ========================  ==========================================  ==========
 
@@ -39,10 +41,10 @@ import torch
 from metadp.core.validation import check_count, check_probability
 from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
-from metadp.sampling import BallsInBins, Episodic, FixedSize, Poisson
+from metadp.sampling import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
 
-__all__ = ["sampler_for", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "EpisodicSampler", "Episodes",
-           "random_subsets"]
+__all__ = ["sampler_for", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "ShuffleSampler", "EverySampler",
+           "EpisodicSampler", "Episodes", "random_subsets"]
 
 # Floyd's algorithm costs about k^2 / 2 comparisons per row and k small kernels; n random keys per row
 # cost n draws and one topk. Floyd is used when rows x n exceeds this many times k^2.
@@ -254,6 +256,70 @@ class BallsInBinsSampler(_Sampler):
         self._assignment = None if state["assignment"] is None else state["assignment"].to(self.device).clone()
 
 
+class ShuffleSampler(_Sampler):
+    """Shuffled passes (``metadp.sampling.Shuffle``): each pass shuffles the ``pool_size`` units and cuts
+    them into ``ceil(pool_size / batch)`` consecutive batches of ``batch`` (the last one shorter where
+    ``batch`` does not divide the pool), so every unit is in exactly one step per pass.
+
+    Accounting: one ``inner`` per pass for each unit (no amplification is known, Chua et al. 2024);
+    :attr:`step_in_pass` is 0 when the next ``sample`` starts a pass.
+
+    Args:
+        pool_size: number of units, >= 1.
+        batch: units per step, in [1, pool_size].
+        generator: the random source (module docstring).
+    """
+
+    relation = "add_remove"
+
+    def __init__(self, pool_size: int, batch: int, generator: Optional[torch.Generator] = None):
+        super().__init__(generator)
+        self.pool_size = check_count("pool_size", pool_size, minimum=1)
+        self.batch = check_count("batch", batch, minimum=1)
+        if self.batch > self.pool_size:
+            raise ValueError(f"batch must be in [1, {self.pool_size}] (pool_size), got {batch!r}")
+        self.steps = -(-self.pool_size // self.batch)
+        self._order: Optional[torch.Tensor] = None
+        self._position = 0
+
+    @property
+    def step_in_pass(self) -> int:
+        return self._position
+
+    def sample(self) -> torch.Tensor:
+        """int64 [batch] (the pass's last step: the rest): this step's units."""
+        if self._position == 0:
+            self._order = _uniform((self.pool_size,), self._generator).argsort()
+        start = self._position * self.batch
+        self._position = (self._position + 1) % self.steps
+        return self._order[start:start + self.batch]
+
+    def pass_event(self, inner: ev.Event) -> ev.Event:
+        return Shuffle(self.batch, self.pool_size).charge_event(_check_event("inner", inner))
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"generator": self._generator.get_state(), "position": self._position,
+                "order": None if self._order is None else self._order.clone()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._position = check_count("position", state["position"], maximum=self.steps - 1)
+        self._order = None if state["order"] is None else state["order"].to(self.device).clone()
+
+
+class EverySampler(_Sampler):
+    """No sampling (``metadp.sampling.NoSampling``): every one of the ``pool_size`` units, every step."""
+
+    relation = "add_remove"
+
+    def __init__(self, pool_size: int, generator: Optional[torch.Generator] = None):
+        super().__init__(generator)
+        self.pool_size = check_count("pool_size", pool_size, minimum=1)
+
+    def sample(self) -> torch.Tensor:
+        return torch.arange(self.pool_size, device=self.device)
+
+
 @dataclasses.dataclass(frozen=True)
 class Episodes:
     """One step's episodes, level by level (top first).
@@ -318,10 +384,12 @@ class EpisodicSampler(_Sampler):
         """Number of records (units of the last level)."""
         return self.hierarchy.unit_counts()[-1]
 
-    def sample(self) -> Episodes:
-        """Draws this step's ``episodes`` episodes (see :class:`Episodes`)."""
+    def sample(self, episodes: Optional[int] = None) -> Episodes:
+        """Draws this step's ``episodes`` episodes (see :class:`Episodes`); ``episodes`` overrides the
+        count (fresh episodes for the task slots a task sampler picked)."""
         g = self._generator
-        parents = torch.zeros((self.episodes,), dtype=torch.int64, device=self.device)  # the dataset
+        count = self.episodes if episodes is None else check_count("episodes", episodes)
+        parents = torch.zeros((count,), dtype=torch.int64, device=self.device)  # the dataset
         parent_mask: Optional[torch.Tensor] = None
         indices, masks = [], []
         for level in self.hierarchy.levels:
@@ -371,18 +439,32 @@ class EpisodicSampler(_Sampler):
         return Episodic(self.episodes, self.hierarchy).unit_event(inner, shift)
 
 
+def _population(scheme) -> int:
+    if scheme.population is None:
+        raise ValueError(f"the trainer needs sampling.population for sampling.scheme = {scheme.scheme!r} (it builds "
+                         "that many tasks); give population with the rate or batch_size")
+    return scheme.population
+
+
 _EXECUTES = {
-    Poisson: lambda s, gen: PoissonSampler(s.population, s.rate, generator=gen),
+    Poisson: lambda s, gen: PoissonSampler(_population(s), s.rate, generator=gen),
     FixedSize: lambda s, gen: FixedSizeSampler(s.population, s.batch_size, generator=gen),
     BallsInBins: lambda s, gen: BallsInBinsSampler(s.population, s.steps_per_pass, generator=gen),
+    Shuffle: lambda s, gen: ShuffleSampler(s.population, s.batch_size, generator=gen),
+    NoSampling: lambda s, gen: EverySampler(_population(s), generator=gen),
+    Episodic: lambda s, gen: EpisodicSampler(s.hierarchy, s.episodes, generator=gen),
 }
 
 
 def sampler_for(scheme, generator: Optional[torch.Generator] = None) -> "_Sampler":
-    """The sampler that executes a task-sampling scheme of ``metadp.sampling`` (a new run scheme adds its
-    sampler class here)."""
+    """The sampler that executes a sampling scheme of ``metadp.sampling`` (a new scheme adds its sampler
+    class here).
+
+    Raises:
+        ValueError: for a scheme the trainer cannot execute, or one without the population it needs.
+    """
     make = _EXECUTES.get(type(scheme))
     if make is None:
-        raise ValueError(f"the trainer cannot execute sampling.scheme = {scheme.scheme!r} over a task pool "
+        raise ValueError(f"the trainer cannot execute sampling.scheme = {scheme.scheme!r} "
                          f"(it runs {', '.join(repr(t.scheme) for t in _EXECUTES)})")
     return make(scheme, generator)

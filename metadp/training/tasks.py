@@ -10,6 +10,10 @@ seed, and stays the same for the whole run (and across a resume):
 
 ``batch(indices)`` returns the stacked task tensors (x_s, y_s, x_q, y_q) that
 ``functional.per_task_meta_grads`` takes.
+
+A plan whose tasks are episodes drawn afresh (``sampling.scheme = "episodic"``, or task sampling with a
+``[[hierarchy]]``) has no pool: each step's episodes, drawn by ``samplers.EpisodicSampler``, become a
+``FreshEpisodes`` with the same ``batch`` interface, used for that step only.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 
 from metadp.core.validation import check_count
 
-__all__ = ["SinusoidPool", "EpisodePool"]
+__all__ = ["SinusoidPool", "EpisodePool", "EpisodeImages", "FreshEpisodes", "check_episode_shape"]
 
 
 @dataclasses.dataclass
@@ -125,9 +129,100 @@ class EpisodePool:
 
     def batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         classes, examples = self._classes[indices], self._examples[indices]  # [T, n], [T, n, m]
-        pics = self.images[classes[:, :, None], examples]  # [T, n, m, C, H, W]
-        t, n, m = examples.shape
-        labels = torch.arange(n, device=pics.device).view(1, n, 1).expand(t, n, m)
-        k = self.k_shot
-        support, query = pics[:, :, :k].reshape(t, n * k, *pics.shape[3:]), pics[:, :, k:].reshape(t, -1, *pics.shape[3:])
-        return support, labels[:, :, :k].reshape(t, -1), query, labels[:, :, k:].reshape(t, -1)
+        return _split(self.images[classes[:, :, None], examples], self.k_shot)  # [T, n, m, C, H, W]
+
+
+def check_episode_shape(hierarchy, images_shape, k_shot: int = 1) -> None:
+    """Refuses a hierarchy the trainer cannot draw from image data of ``images_shape`` [classes,
+    per_class, ...]: two fixed-size levels (classes, then examples of a class), whose unit counts are the
+    data's, with at least ``k_shot`` + 1 examples drawn per class (support and query).
+
+    Raises:
+        ValueError: naming the level, what the plan says and what the data has.
+    """
+    n_classes, per_class = int(images_shape[0]), int(images_shape[1])
+    levels = hierarchy.levels
+    if len(levels) != 2:
+        raise ValueError(f"the plan's [[hierarchy]] has {len(levels)} level(s); the trainer draws image episodes "
+                         "through two: classes, then examples of each class")
+    for level in levels:
+        if level.draw != "fixed":
+            raise ValueError(f"hierarchy level {level.name!r} draws by Poisson sampling; the trainer draws fixed-size "
+                             "levels only (an episode's shape must not vary): use draw = 'fixed'")
+        if not isinstance(level.units, int):
+            raise ValueError(f"hierarchy level {level.name!r} has per-parent unit counts; the data has one count per "
+                             "level")
+    top, bottom = levels
+    if top.units != n_classes:
+        raise ValueError(f"hierarchy level {top.name!r} has units = {top.units}, but the data has {n_classes} "
+                         "classes: the plan would account for another data set")
+    if bottom.units != per_class:
+        raise ValueError(f"hierarchy level {bottom.name!r} has units = {bottom.units}, but the data has {per_class} "
+                         "examples per class: the plan would account for another data set")
+    if bottom.size < k_shot + 1:
+        raise ValueError(f"hierarchy level {bottom.name!r} draws size = {bottom.size} examples per class; an episode "
+                         f"needs {k_shot} support and at least 1 query example per class")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeImages:
+    """Where a plan's fresh episodes are drawn from: ``images`` [classes, per_class, C, H, W] and the
+    support examples per class (``k_shot``; the rest of each class's drawn examples are its query)."""
+
+    images: torch.Tensor
+    k_shot: int = 1
+
+    def __post_init__(self):
+        check_count("k_shot", self.k_shot, minimum=1)
+
+    def check(self, hierarchy) -> None:
+        """``check_episode_shape`` of ``hierarchy`` against these images."""
+        check_episode_shape(hierarchy, self.images.shape, self.k_shot)
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+
+@dataclasses.dataclass
+class FreshEpisodes:
+    """One step's episodes over ``images`` [classes, per_class, C, H, W]: ``classes`` [L, n] and
+    ``drawings`` [L, n, m] (global indices class * per_class + position, as ``EpisodicSampler`` draws
+    them). Each class's first ``k_shot`` drawings are its support, the rest its query; labels are the
+    classes' positions in the episode (uniformly random order)."""
+
+    images: torch.Tensor
+    classes: torch.Tensor
+    drawings: torch.Tensor
+    k_shot: int = 1
+
+    @classmethod
+    def of(cls, source: EpisodeImages, episodes) -> "FreshEpisodes":
+        """From ``samplers.Episodes`` of a two-level fixed hierarchy (``check_episode_shape``)."""
+        classes, drawings = episodes.indices
+        return cls(source.images, classes, drawings, source.k_shot)
+
+    @property
+    def size(self) -> int:
+        return self.classes.shape[0]
+
+    @property
+    def query_per_task(self) -> int:
+        return self.classes.shape[1] * (self.drawings.shape[2] - self.k_shot)
+
+    def batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        per_class = self.images.shape[1]
+        classes, examples = self.classes[indices], self.drawings[indices] % per_class  # [T, n], [T, n, m]
+        return _split(self.images[classes[:, :, None], examples], self.k_shot)
+
+    def joint_batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        x_s, y_s, x_q, y_q = self.batch(indices)
+        return torch.cat([x_s, x_q], dim=1), torch.cat([y_s, y_q], dim=1)
+
+
+def _split(pics: torch.Tensor, k: int) -> Tuple[torch.Tensor, ...]:
+    """(x_s, y_s, x_q, y_q) of episodes' images [T, n, m, C, H, W]: the first k of each class support."""
+    t, n, m = pics.shape[:3]
+    labels = torch.arange(n, device=pics.device).view(1, n, 1).expand(t, n, m)
+    support, query = pics[:, :, :k].reshape(t, n * k, *pics.shape[3:]), pics[:, :, k:].reshape(t, -1, *pics.shape[3:])
+    return support, labels[:, :, :k].reshape(t, -1), query, labels[:, :, k:].reshape(t, -1)

@@ -65,19 +65,9 @@ from metadp.training import run_folder
 from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
 from metadp.training.contributions import resolve as contribution_of
 from metadp.training.run_state import _Run, _json_safe, accountant_for, calibrate, run_views, stream_seed
-from metadp.training.samplers import BallsInBinsSampler
 
 __all__ = ["TrainConfig", "TrainResult", "train", "calibrate", "run_views", "stream_seed", "ALGORITHMS", "SAMPLERS",
            "ResumeWarning", "TrainingInterrupted"]
-
-
-def _sampled_rows(mask: torch.Tensor, capacity: int):
-    """Indices of the sampled rows padded to ``capacity`` (or more, never dropping one) and their weights."""
-    idx = torch.nonzero(mask).flatten()
-    size = max(capacity, int(idx.numel()))
-    weights = torch.zeros(size, device=mask.device)
-    weights[: idx.numel()] = 1.0
-    return torch.cat([idx, idx.new_zeros(size - idx.numel())]), weights
 
 
 def _save(path: Path, state: dict) -> None:
@@ -131,13 +121,18 @@ def _warn(message: str) -> None:
 def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, out_dir, *,
           device: str = "cpu", progress: Optional[Callable[[int, float, float], None]] = None,
           resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
-          warn: Optional[Callable[[str], None]] = None) -> TrainResult:
+          warn: Optional[Callable[[str], None]] = None, plan=None) -> TrainResult:
     """Trains ``model`` on the task ``pool`` (``tasks.SinusoidPool`` or ``tasks.EpisodePool``).
 
     ``out_dir`` receives ``run.json`` (the configuration and ``setup``), one ``ledger-<view>.jsonl`` per
     privacy view, ``checkpoint.pt``, ``metrics.jsonl`` and, at the end, ``privacy_report.json``
     (``metadp.training.run_folder``). ``progress(step, loss, epsilon)`` is called after each step with
     the budget view's certified epsilon so far.
+
+    ``plan``: a ``metadp.plan.Plan`` the run executes (``metadp.training.plan_run``): its sampler and
+    guarantees replace the configuration's; ``pool`` is then the plan's task pool (``population`` tasks)
+    or, for fresh episodes, the image tensor [classes, per_class, C, H, W]; ``config`` carries the plan's
+    settings (``plan_run.plan_settings``) and the model and optimiser settings.
 
     Every refusal comes before anything is written: the configuration's (no guarantee to budget, a
     budget that does not cover one release), an output path that cannot be a folder, a folder that holds
@@ -158,7 +153,7 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
     out = run_folder.check_out_path(out_dir)
     record = {"config": _json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
     state, changed = run_folder.check_folder(out, record, resume, resume_changed)
-    run = _Run(pool, c, device)
+    run = _Run(pool, c, device, plan)
     _check_ledgers(out, state, changed, run, _warn if warn is None else warn)
     run_folder.create(out)
     with run_folder.locked(out):
@@ -195,20 +190,16 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     central = c.private and alg.central_clip  # per-task clip, then noise on the sum
     quantile = c.clip_policy == "quantile" and central and c.bounded
     z_sum = sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if quantile else c.noise_multiplier
-    scale = alg.update_scale(run.expected, pool.query_per_task)
+    scale = None
     sign = alg.update_sign  # Reptile moves towards the adapted parameters
     saved = done
     ledger_passes = lambda: len(run.primary_ledger.entries) if run.primary_ledger is not None else 0  # noqa: E731
     try:
         while done < c.steps and run.releases(done) < run.last_step:
-            new_pass = isinstance(run.sampler, BallsInBinsSampler) and run.sampler.step_in_pass == 0
+            new_pass = getattr(run.sampler, "step_in_pass", None) == 0  # a pass-wise sampler starts a pass
             if new_pass and run.primary is not None and run.primary.charge == "pass" and ledger_passes() >= run.pass_cap:
                 break
-            drawn = run.sampler.sample()
-            if drawn.dtype == torch.bool:
-                rows, weights = _sampled_rows(drawn, run.capacity)
-            else:
-                rows, weights = drawn, torch.ones(drawn.numel(), device=drawn.device)
+            tasks, rows, weights = run.step_tasks(run.sampler.sample())
             visits = run.count_visits(rows, weights)
             added = 0
             if visits is not None:
@@ -217,7 +208,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
                 if run.visits_on_record() + added > run.visit_cap:  # a record would pass the budget: stop first
                     break
             detached = {k: v.detach() for k, v in params.items()}
-            contributions, task_losses = contribution(alg, model, detached, pool, rows, loss_fn, c, run.noise_gen)
+            contributions, task_losses = contribution(alg, model, detached, tasks, rows, loss_fn, c, run.noise_gen)
             threshold = run.policy.threshold
             norms = None
             if central and math.isfinite(threshold) and c.bounded:
@@ -235,6 +226,8 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
             if visits is not None:
                 run.record_visits, run.max_visits = visits, run.max_visits + added
             optimizer.zero_grad()
+            if scale is None:  # the divisor of the sum: fixed for the run (fresh episodes all have one shape)
+                scale = alg.update_scale(run.expected, tasks.query_per_task)
             for k, p in params.items():
                 p.grad = sign * total[k] / scale
             optimizer.step()
@@ -261,7 +254,9 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     report = run.report(done)
     (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     primary = next((v for v in report["views"] if v["view"] == run.primary.key), None) if run.primary else None
-    if primary is None:
+    if run.plan_file is not None:  # the plan's report: its epsilon is the primary guarantee's
+        epsilon = report["epsilon"] if c.private else 0.0
+    elif primary is None:
         epsilon = 0.0 if not c.private else math.inf
     else:
         epsilon = primary["epsilon"] if primary["epsilon"] is not None else math.inf
