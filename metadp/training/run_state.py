@@ -265,11 +265,18 @@ class _Run:
             return len(ledger.entries)
         return done
 
-    def spent(self) -> float:
-        """The budget view's certified epsilon so far (the schedule's, or recomputed when the ledger grows)."""
+    def spent(self, fresh: bool = False) -> float:
+        """The budget view's certified epsilon so far (the schedule's, or recomputed when the ledger grows).
+        A plan run's is the plan's report over the releases on record, recomputed only when ``fresh`` (at
+        checkpoints: one report can take a second), else the last one computed."""
         ledger = self.primary_ledger
         if ledger is None:
             return 0.0
+        if self.plan_file is not None:
+            if fresh or self._spent_cache[0] is None:
+                prefix = self.plan_prefix(0)
+                self._spent_cache = (prefix, plan_report(self.plan_file, prefix)["epsilon"] if prefix else 0.0)
+            return self._spent_cache[1]
         if self.schedule is not None and len(ledger.entries) <= self.schedule.checkpoints[-1]:
             return self.schedule.epsilon_after(len(ledger.entries))
         if self._spent_cache[0] != len(ledger.entries):

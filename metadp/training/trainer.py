@@ -275,6 +275,6 @@ def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:
     with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps({"step": step, "loss": losses[-1] if losses else None,
                             # the budget view's certified upper bound so far (PLD), at the run's delta
-                            "epsilon": run.spent(), "epsilon_view": run.primary.key if run.primary else None,
+                            "epsilon": run.spent(fresh=True), "epsilon_view": run.primary.key if run.primary else None,
                             "delta": run.config.delta if run.primary else None,
                             "clip": run.policy.threshold}) + "\n")

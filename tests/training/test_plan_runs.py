@@ -1,0 +1,278 @@
+"""`metadp train ALGO --plan FILE`: the trainer runs a plan file, and its report is the plan's.
+
+A run to the end must write a privacy_report.json whose epsilon for every unit equals what
+`metadp plan FILE --json` prints (both in-process here); each unit's ledger must hold the plan's event
+once per charge; a plan the trainer cannot run, or one whose hierarchy does not match the data, is
+refused with one line and status 2 before anything is written.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from metadp.accounting.ledger import Ledger  # noqa: E402
+from metadp.cli import main  # noqa: E402
+from metadp.plan import loads_plan  # noqa: E402
+from metadp.training import algorithms, data, models, tasks  # noqa: E402
+from metadp.training.config import TrainConfig  # noqa: E402
+from metadp.training.plan_run import check_plan, plan_settings  # noqa: E402
+from metadp.training.trainer import TrainingInterrupted, train  # noqa: E402
+
+SINUSOID_PLAN = """\
+name = "tiny sinusoid, Poisson tasks"
+unit = "task"
+delta = 1e-5
+steps = 4
+
+[sampling]
+scheme = "poisson"
+population = 120
+batch_size = 12
+
+[noise]
+mechanism = "gaussian"
+multiplier = 0.9
+"""
+
+EPISODIC_PLAN = """\
+name = "tiny Omniglot episodes, record level"
+unit = "record"
+delta = 1e-6
+steps = 2
+
+[sampling]
+scheme = "episodic"
+episodes = 3
+
+[noise]
+mechanism = "gaussian"
+multiplier = 1.0
+clipping = "per_episode"
+
+[[hierarchy]]
+name = "class"
+draw = "fixed"
+size = 5
+units = {classes}
+
+[[hierarchy]]
+name = "drawing"
+draw = "fixed"
+size = 2
+units = 20
+"""
+
+
+def _write(tmp_path, text, name="plan.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _plan_json(path, capsys):
+    capsys.readouterr()
+    assert main(["plan", path, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _units(report):
+    """unit -> epsilon for the plan's unit and every other unit of a plan report."""
+    found = {report["unit"]: report["epsilon"]}
+    found.update({u["unit"]: u["epsilon"] for u in report["other_units"]})
+    return found
+
+
+def _assert_same_report(run, plan):
+    run_units, plan_units = _units(run), _units(plan)
+    assert set(run_units) == set(plan_units)
+    for unit, epsilon in plan_units.items():
+        assert math.isfinite(epsilon) and run_units[unit] == pytest.approx(epsilon, rel=1e-6), unit
+    for key in plan:  # the schema of `metadp plan --json`, key for key
+        assert key in run, key
+    assert run["sampling"] == plan["sampling"] and run["steps"] == plan["steps"]
+
+
+def test_sinusoid_poisson_plan_run_reports_the_plans_epsilon(tmp_path, capsys):
+    plan = _write(tmp_path, SINUSOID_PLAN)
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "task [the plan's unit]: epsilon <=" in printed
+    report = json.loads((out / "privacy_report.json").read_text())
+    _assert_same_report(report, _plan_json(plan, capsys))
+    assert report["steps_done"] == 4 and report["algorithm"] == "dp-maml"
+    view, = report["views"]
+    assert view["charges"] == view["planned_charges"] == 4 and view["ledger_matches_plan"]
+    ledger = Ledger.open(out / "ledger-task.jsonl", readonly=True)
+    assert len(ledger.entries) == 4 and ledger.relation == "add_remove"
+    assert str(ledger.entries[0].event) == str(loads_plan(SINUSOID_PLAN).units()[0].event)
+
+
+def _omniglot_or_skip():
+    try:
+        return data.load_omniglot_background(None)
+    except (FileNotFoundError, ValueError) as err:
+        pytest.skip(f"Omniglot data not available: {err}")
+
+
+def test_omniglot_episodic_record_plan_run_reports_every_units_epsilon(tmp_path, capsys):
+    images = _omniglot_or_skip().images
+    plan = _write(tmp_path, EPISODIC_PLAN.format(classes=images.shape[0]))
+    out = tmp_path / "omni"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "omniglot", "--first-order", "--out", str(out)]) == 0
+    report = json.loads((out / "privacy_report.json").read_text())
+    expected = _plan_json(plan, capsys)
+    _assert_same_report(report, expected)
+    assert set(_units(report)) == {"record", "task"} and report["unit"] == "record"
+    assert all(v["ledger_matches_plan"] and v["charges"] == 2 for v in report["views"])
+    evaluation = json.loads((out / "evaluation.json").read_text())
+    assert evaluation["metric"] == "accuracy" and evaluation["tasks"] == 80  # 20 runs cut into 4 5-way tasks
+
+
+def test_fresh_episodes_hold_the_drawn_images_with_episode_labels():
+    images = torch.arange(6 * 4, dtype=torch.float32).reshape(6, 4, 1, 1, 1)  # image value = class * 4 + example
+    plan = loads_plan(EPISODIC_PLAN.replace("units = 20", "units = 4").replace("size = 2", "size = 3").format(
+        classes=6))
+    source = tasks.EpisodeImages(images, k_shot=2)
+    source.check(plan.hierarchy)
+    from metadp.training.samplers import EpisodicSampler
+
+    episodes = EpisodicSampler(plan.hierarchy, 7, torch.Generator().manual_seed(3)).sample()
+    fresh = tasks.FreshEpisodes.of(source, episodes)
+    x_s, y_s, x_q, y_q = fresh.batch(torch.arange(7))
+    assert x_s.shape[:2] == (7, 5 * 2) and x_q.shape[:2] == (7, 5 * 1) and fresh.query_per_task == 5
+    classes, drawings = episodes.indices
+    for t in range(7):
+        for label in range(5):
+            shown = x_s[t][y_s[t] == label].flatten().tolist() + x_q[t][y_q[t] == label].flatten().tolist()
+            assert shown == drawings[t, label].tolist()  # class c's drawing j is image c * 4 + j
+            assert all(int(v) // 4 == int(classes[t, label]) for v in shown)
+
+
+def test_interrupted_plan_run_resumes_to_the_plans_report(tmp_path):
+    plan = loads_plan(SINUSOID_PLAN)
+    alg = algorithms.get("dp-maml")
+    check_plan(plan, alg, images=False)
+    config = TrainConfig(algorithm="dp-maml", first_order=True, checkpoint_every=1, **plan_settings(plan, alg))
+    pool = tasks.SinusoidPool(120, 10, 10)
+    out = tmp_path / "run"
+
+    def stop_at_two(step, loss, spent):
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted):
+        train(models.MLP(), pool, lambda o, y: ((o - y) ** 2).mean(), config, out, progress=stop_at_two, plan=plan)
+    assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 2
+    result = train(models.MLP(), pool, lambda o, y: ((o - y) ** 2).mean(), config, out, resume=True, plan=plan)
+    assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 4  # two more, not four more
+    from metadp.plan import plan_epsilon
+
+    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
+    assert result.epsilon_spent == result.report["epsilon"]
+
+
+def test_shuffle_plan_charges_each_pass_once(tmp_path, capsys):
+    text = SINUSOID_PLAN.replace('scheme = "poisson"', 'scheme = "shuffle"').replace("population = 120", "population = 24")
+    text = text.replace("steps = 4", "steps = 5")  # 2 steps a pass: passes 1, 1, 2, 2, 3
+    plan = _write(tmp_path, text)
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "privacy_report.json").read_text())
+    _assert_same_report(report, _plan_json(plan, capsys))
+    assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 3
+
+
+def test_epsilon_calibrates_the_plan_and_save_plan_writes_what_ran(tmp_path, capsys):
+    plan = _write(tmp_path, SINUSOID_PLAN)
+    saved = tmp_path / "calibrated.toml"
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--epsilon", "3", "--save-plan", str(saved), "--data", "sinusoid",
+                 "--first-order", "--eval-tasks", "10", "--out", str(out)]) == 0
+    report = json.loads((out / "privacy_report.json").read_text())
+    again = _plan_json(str(saved), capsys)
+    _assert_same_report(report, again)
+    assert 2.9 < report["epsilon"] <= 3.0
+    assert loads_plan(saved.read_text()).noise.multiplier < 0.9  # a budget of 3 needs less than the file's noise
+
+
+def test_flag_run_save_plan_writes_the_equivalent_plan(tmp_path, capsys):
+    saved = tmp_path / "flags.toml"
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--data", "sinusoid", "--noise", "1.1", "--steps", "3", "--meta-batch", "10",
+                 "--pool", "100", "--first-order", "--eval-tasks", "10", "--save-plan", str(saved),
+                 "--out", str(out)]) == 0
+    plan = loads_plan(saved.read_text())
+    assert (plan.unit, plan.steps, plan.noise.multiplier, plan.sampling.rate) == ("task", 3, 1.1, 0.1)
+    task = next(v for v in json.loads((out / "privacy_report.json").read_text())["views"] if v["view"] == "task")
+    # the run's ledger (PLD) and the plan's report (the tightest of RDP and PLD) agree closely
+    assert _plan_json(str(saved), capsys)["epsilon"] == pytest.approx(task["epsilon"], rel=1e-3)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--steps", "7"], "--steps 7 contradicts the plan (steps = 4"),
+    (["--unit", "record"], "--unit record contradicts the plan (unit = task"),
+    (["--noise", "2"], "--noise 2.0 contradicts the plan (noise.multiplier = 0.9"),
+    (["--pool", "50"], "--pool 50 contradicts the plan (sampling.population = 120"),
+    (["--sampler", "fixed"], "--sampler fixed contradicts the plan (sampling.scheme = poisson"),
+    (["--delta", "1e-6"], "--delta 1e-06 contradicts the plan (delta = 1e-05"),
+    (["--shots", "2"], "--shots applies to plans with [[hierarchy]] levels"),
+])
+def test_a_flag_that_contradicts_the_plan_is_refused(tmp_path, capsys, flags, words):
+    plan = _write(tmp_path, SINUSOID_PLAN)
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("algorithm, data, edit, words", [
+    ("dp-maml-sample", "sinusoid", {}, "dp-maml-sample makes releases a plan file does not describe"),
+    ("dp-reptile", "sinusoid", {}, "dp-reptile makes releases a plan file does not describe"),
+    ("dp-maml", "sinusoid", {"population = 120\nbatch_size = 12": "rate = 0.1"}, "sampling.population is needed"),
+    ("dp-maml", "sinusoid", {'mechanism = "gaussian"\nmultiplier = 0.9': 'mechanism = "laplace"\nscale = 1.0',
+                             'scheme = "poisson"\npopulation = 120\nbatch_size = 12': 'scheme = "none"\npopulation = 9'},
+     "noise.mechanism = 'laplace'"),
+])
+def test_a_plan_the_trainer_cannot_run_is_refused_before_any_step(tmp_path, capsys, algorithm, data, edit, words):
+    text = SINUSOID_PLAN
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    plan = _write(tmp_path, text)
+    out = tmp_path / "run"
+    assert main(["train", algorithm, "--plan", plan, "--data", data, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"units = {classes}": "units = 1150"}, "has units = 1150, but the data has 150 classes"),
+    ({"units = 20": "units = 30"}, "has units = 30, but the data has 20 examples per class"),
+    ({'draw = "fixed"\nsize = 2': 'draw = "poisson"\nrate = 0.1'}, "draws fixed-size levels only"),
+])
+def test_a_hierarchy_that_does_not_match_the_data_is_refused(tmp_path, capsys, edit, words):
+    text = EPISODIC_PLAN
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    plan = _write(tmp_path, text.replace("{classes}", "150"))
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "glyphs", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0 and "does not match --data glyphs" in err
+    assert not out.exists()
+
+
+def test_an_episodic_plan_on_generated_regression_tasks_is_refused(tmp_path, capsys):
+    plan = _write(tmp_path, EPISODIC_PLAN.format(classes=150))
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", str(tmp_path / "r")]) == 2
+    assert "generated regression tasks have no such records" in capsys.readouterr().err
