@@ -42,7 +42,21 @@ EXPECTED = {
     "dp_fedmeta_one_pass_shuffle.toml": dict(unit="task", relation="add_remove", scheme="shuffle", steps=250,
                                              delta=1e-6),
     "dp_reptile_group.toml": dict(unit="group", relation="add_remove", scheme="none", steps=2, delta=1e-3),
+    # plans the trainer runs (metadp train ALGO --plan FILE): episodes drawn from the data shipped here
+    "train_glyphs_episodic_quick.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=20,
+                                             delta=1e-5, accountant="pld"),
+    "train_omniglot_5way_cpu.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=150,
+                                         delta=1e-5, accountant="pld"),
+    "train_omniglot_5way_paper.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=250,
+                                           delta=1e-5, accountant="pld"),
 }
+
+SLOW_EXAMPLES = {"train_omniglot_5way_paper.toml"}  # 1,600 episodes a step: ~18 s of PLD (checked under -m slow)
+
+
+def _names(names=None):
+    """The examples as test parameters, the slow ones marked."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_EXAMPLES else n for n in sorted(names or EXPECTED)]
 
 # The plan keys documented in docs/plan-format.md; examples must use only these.
 DOCUMENTED_KEYS = {
@@ -75,14 +89,19 @@ def test_every_example_is_listed():
     assert sorted(p.name for p in EXAMPLES.glob("*.toml")) == sorted(EXPECTED)
 
 
+class _Reports(dict):
+    def __missing__(self, name):
+        self[name] = plan_epsilon(load_plan(EXAMPLES / name), accountant=EXPECTED[name].get("accountant", "rdp"))
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def reports():
-    """Each example's report, computed once for the module (the fixed-size one takes ~1 s)."""
-    return {name: plan_epsilon(load_plan(EXAMPLES / name), accountant=EXPECTED[name].get("accountant", "rdp"))
-            for name in EXPECTED}
+    """Each example's report, computed when first asked for and kept for the module."""
+    return _Reports()
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", _names())
 def test_example_report_is_finite_at_the_stated_unit_and_relation(name, reports):
     expected = EXPECTED[name]
     report = reports[name]
@@ -104,13 +123,13 @@ def test_example_report_is_finite_at_the_stated_unit_and_relation(name, reports)
     assert "\\le" in report.to_latex()
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", _names())
 def test_example_loads_the_same_from_path_and_from_text(name):
     path = EXAMPLES / name
     assert load_plan(path) == load_plan(path.read_text(encoding="utf-8")) == load_plan(str(path))
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", _names())
 def test_example_follows_the_documented_format_and_cites_its_sources(name):
     import tomllib
 
@@ -290,7 +309,7 @@ def test_readme_printed_report_is_the_default_plans_report():
         assert row in table, f"README row not printed by `metadp plan`: {row!r}"
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", _names())
 def test_cli_plan_json_matches_library(name, reports, capsys):
     """`metadp plan FILE --json` prints the library's report (same epsilon, unit and relation); in-process."""
     accountant = EXPECTED[name].get("accountant", "rdp")

@@ -31,7 +31,8 @@ def _close(new, old, rel):
     return abs(new - old) <= rel * abs(old) + 1e-12
 
 
-@pytest.mark.parametrize("name", golden.PLANS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in golden.SLOW_PLANS else n
+                                  for n in golden.PLANS])
 def test_plan_epsilons_are_unchanged(name):
     new, old = golden.plan_numbers(name), RECORDED["plans"][name]
     assert _close(new["epsilon"], old["epsilon"], 5e-3), (new, old)

@@ -229,8 +229,9 @@ def _run_plan(args) -> None:
             print(f"  {other['unit']}: epsilon <= {format_upper(other['epsilon'])} (upper bound, "
                   f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
                   f"{other['relation'].replace('_', '/')} neighbours")
-        print(f"  the same numbers as `metadp plan {args.plan}` for the steps run; every release is on each unit's "
-              "ledger")
+        source = (f"`metadp plan {args.plan}`" if args.epsilon is None else
+                  "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
+        print(f"  the same numbers as {source} for the steps run; every release is on each unit's ledger")
     print(f"evaluation: {score}; files in {out}/")
 
 

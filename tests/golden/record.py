@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS = Path(__file__).resolve().parent / "outputs.json"
 PLANS = ["default"] + sorted(p.name for p in (ROOT / "examples").glob("*.toml"))
+SLOW_PLANS = {"train_omniglot_5way_paper.toml"}  # ~18 s of PLD: compared under -m slow
 ALGORITHMS = ["maml", "reptile", "dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr"]
 
 
