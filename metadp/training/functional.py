@@ -44,6 +44,7 @@ __all__ = [
     "flat_norms",
     "clip",
     "noisy_sum",
+    "masked_sum",
 ]
 
 Params = Dict[str, torch.Tensor]
@@ -329,21 +330,28 @@ def noisy_sum(grads: Params, mask_or_weights: Optional[torch.Tensor], std: float
         ValueError: on a negative or non-finite std, or a weight shape that does not match.
     """
     std = check_real("std", std, low=0.0)
+    out = masked_sum(grads, mask_or_weights, dim)
+    if std > 0:
+        for name, total in out.items():
+            out[name] = total + std * torch.randn(total.shape, generator=generator, dtype=total.dtype,
+                                                  device=total.device)
+    return out
+
+
+def masked_sum(grads: Params, mask_or_weights: Optional[torch.Tensor], dim: int = 0) -> Params:
+    """sum_i w_i g_i for each tensor, rows of weight 0 contributing exactly 0 (``noisy_sum`` without noise;
+    arguments as there)."""
     dim = check_count("dim", dim)
     _check_grads(grads, dim + 1)
     out = {}
     for name, g in grads.items():
         if mask_or_weights is None:
-            total = g.sum(dim=dim)
-        else:
-            if tuple(mask_or_weights.shape) != tuple(g.shape[:dim + 1]):
-                raise ValueError(f"mask_or_weights must have shape {tuple(g.shape[:dim + 1])} (the leading dimensions "
-                                 f"of grads[{name!r}]), got {tuple(mask_or_weights.shape)}")
-            w = mask_or_weights.to(device=g.device, dtype=g.dtype)
-            w = w.reshape(w.shape + (1,) * (g.dim() - w.dim()))
-            total = torch.where(w == 0, torch.zeros_like(g), g * w).sum(dim=dim)
-        if std > 0:
-            total = total + std * torch.randn(total.shape, generator=generator, dtype=total.dtype,
-                                              device=total.device)
-        out[name] = total
+            out[name] = g.sum(dim=dim)
+            continue
+        if tuple(mask_or_weights.shape) != tuple(g.shape[:dim + 1]):
+            raise ValueError(f"mask_or_weights must have shape {tuple(g.shape[:dim + 1])} (the leading dimensions "
+                             f"of grads[{name!r}]), got {tuple(mask_or_weights.shape)}")
+        w = mask_or_weights.to(device=g.device, dtype=g.dtype)
+        w = w.reshape(w.shape + (1,) * (g.dim() - w.dim()))
+        out[name] = torch.where(w == 0, torch.zeros_like(g), g * w).sum(dim=dim)
     return out

@@ -208,15 +208,14 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
                 if run.visits_on_record() + added > run.visit_cap:  # a record would pass the budget: stop first
                     break
             detached = {k: v.detach() for k, v in params.items()}
-            contributions, task_losses = contribution(alg, model, detached, tasks, rows, loss_fn, c, run.noise_gen)
             threshold = run.policy.threshold
-            norms = None
-            if central and math.isfinite(threshold) and c.bounded:
-                contributions, norms = F.clip(contributions, threshold, c.clip_mode)
-            elif central and c.clip_policy == "raw-percentile":
-                norms = F.flat_norms(contributions)
+            clipping = central and math.isfinite(threshold) and c.bounded
+            total, norms, task_losses = _clipped_sum(alg, model, detached, tasks, rows, weights, loss_fn, c, run,
+                                                     contribution, threshold if clipping else None,
+                                                     central and c.clip_policy == "raw-percentile")
             std = alg.release_std(c, threshold, z_sum)
-            total = F.noisy_sum(contributions, weights, std, generator=run.noise_gen)
+            # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
+            total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
             count = None
             if quantile:
                 unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights
@@ -266,6 +265,31 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
 
 
 _OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
+def _clipped_sum(alg, model, params, tasks, rows, weights, loss_fn, c: TrainConfig, run: _Run, contribution,
+                 threshold: Optional[float], raw_norms: bool):
+    """(sum of the weighted, clipped per-task contributions, their norms before clipping or None, the tasks'
+    losses), computed ``c.chunk_size`` tasks at a time where set: memory holds one chunk's per-task
+    contributions, never the whole lot's (lots of thousands of tasks; dp-maml.txt's L = 1,600). The same
+    sum as unchunked; an algorithm that draws noise inside each task draws it chunk by chunk (the same
+    distribution, another stream)."""
+    size = rows.numel()
+    step = c.chunk_size if c.chunk_size is not None else max(size, 1)
+    total, norms, losses = None, [], []
+    for start in range(0, max(size, 1), step):
+        part, w = rows[start:start + step], weights[start:start + step]
+        contributions, task_losses = contribution(alg, model, params, tasks, part, loss_fn, c, run.noise_gen)
+        found = None
+        if threshold is not None:
+            contributions, found = F.clip(contributions, threshold, c.clip_mode)
+        elif raw_norms:
+            found = F.flat_norms(contributions)
+        summed = F.masked_sum(contributions, w)
+        total = summed if total is None else {k: total[k] + summed[k] for k in total}
+        norms.append(found)
+        losses.append(task_losses)
+    return total, (torch.cat(norms) if norms[0] is not None else None), torch.cat(losses)
 
 
 def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:

@@ -276,3 +276,22 @@ def test_an_episodic_plan_on_generated_regression_tasks_is_refused(tmp_path, cap
     plan = _write(tmp_path, EPISODIC_PLAN.format(classes=150))
     assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", str(tmp_path / "r")]) == 2
     assert "generated regression tasks have no such records" in capsys.readouterr().err
+
+
+def test_a_large_lot_in_chunks_trains_exactly_as_in_one_piece(tmp_path):
+    # memory holds one chunk's per-task meta-gradients (chunk_size tasks), never the whole lot's: the clipped sum,
+    # the noise, the update and the losses are the same as computed in one piece
+    plan = loads_plan(SINUSOID_PLAN)
+    alg = algorithms.get("dp-maml")
+    results = []
+    for chunk in (None, 5):
+        config = TrainConfig(algorithm="dp-maml", first_order=True, chunk_size=chunk, clip=0.5,
+                             **plan_settings(plan, alg))
+        torch.manual_seed(0)  # the same initial model
+        results.append(train(models.MLP(), tasks.SinusoidPool(120, 10, 10), lambda o, y: ((o - y) ** 2).mean(),
+                             config, tmp_path / f"run-{chunk}", plan=plan))
+    whole, chunked = results
+    assert whole.losses == pytest.approx(chunked.losses, rel=1e-5)
+    for name, value in whole.params.items():
+        torch.testing.assert_close(chunked.params[name], value, rtol=1e-5, atol=1e-6)
+    assert whole.report["epsilon"] == chunked.report["epsilon"]
