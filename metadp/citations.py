@@ -117,6 +117,13 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "year": "2022",
         "eprint": "2207.04380",
     },
+    "higham2002accuracy": {
+        "type": "misc",
+        "title": "Accuracy and Stability of Numerical Algorithms (2nd edition, SIAM), Thm 24.2",
+        "author": "Higham, Nicholas J.",
+        "year": "2002",
+        "doi": "10.1137/1.9780898718027",
+    },
     "bennett1962probability": {
         "type": "article",
         "title": "Probability Inequalities for the Sum of Independent Random Variables",

@@ -230,7 +230,7 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
 
 ACCOUNTANT_CITATIONS = {
     "rdp": ["mironov2017renyi", "canonne2020discrete"],
-    "pld": ["zhu2022optimal", "doroshenko2022connect", "bennett1962probability"],
+    "pld": ["zhu2022optimal", "doroshenko2022connect", "higham2002accuracy"],
 }
 
 
@@ -271,9 +271,9 @@ def _analysis_notes(plan, accountant, order, view=None, other_units=()):
                            "the Renyi order")
     if accountant.name == "pld":
         assumptions.append("privacy loss distributions of the dominating pairs on a lattice, pessimistic by "
-                           "connect-the-dots and optimistic by bucketing (rounding drift bounded by Bennett's "
-                           "inequality), composed by FFT; every truncated mass and a float rounding allowance "
-                           "charged to delta (metadp.accounting.pld)")
+                           "connect-the-dots and optimistic by one event of the composed output, composed by "
+                           "(tilted) FFT; every truncated mass and the proven round-off of the cell masses and "
+                           "of the FFT charged to delta (metadp.accounting.pld)")
     if accountant.name == "rdp" and order is not None and math.isnan(order):
         citations.append("bretagnolle1979estimation")  # epsilon 0 certified by the total-variation bound
     if plan.unit == "task" and not any(o["unit"] == "record" for o in other_units):

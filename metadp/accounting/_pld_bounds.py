@@ -1,6 +1,7 @@
 """The PLD accountant's certified bounds (``metadp.accounting.pld``): the lattice refined until the
-[lower, upper] interval meets the tolerance, each direction's delta(eps) and epsilon(delta) on the
-lattice, the FFT window estimate, and the trajectory of a composed step.
+[lower, upper] interval meets the tolerance; for one direction, the tilt, the FFT window and its
+Chernoff tails, epsilon(delta) and delta(epsilon) on the lattice (``_pld_compose``); the terms charged
+to delta, for the notes; and the trajectory of a composed step.
 """
 
 from __future__ import annotations
@@ -11,19 +12,15 @@ import time
 from typing import Tuple
 
 import numpy as np
-from scipy import fft as sfft
-from scipy import special
 
+from metadp.accounting import _pld_compose as _comp
 from metadp.accounting import _pld_lattice as _lat
 
 __all__ = ["PldResult"]
 
 
 _DELTA_SHARE = 1e-5  # fraction of delta spent on each truncation (tails, window, drift bound)
-# Precision assumption: the stored cell masses of one step are within 8 ulps (relative) of the exact
-# ones, so the step's total variation error is <= 8 eps; composing n steps moves delta by <= n times it.
-# Not proven (no interval arithmetic), but charged: it matters from about 1e7 steps at delta 1e-6.
-_ROUNDING = 8.0 * np.finfo(np.float64).eps
+_WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,16 +50,14 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     """
     start = time.perf_counter()
     n = sum(c for _, c in items)
-    if _ROUNDING * n >= delta:  # the upper bound's budget, delta minus this allowance, is already <= 0
-        return PldResult(0.0, math.inf, delta, math.nan, n, 0, (_allowance_note(n, delta),))
     tau = _DELTA_SHARE * delta
     tail = _DELTA_SHARE * delta / n
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
     width = max(_window_estimate(pairs, delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
-    h = max(width / 2.0**14, h_floor)
-    lower, upper, size, notes, gap = 0.0, math.inf, 0, [], math.inf
+    h = _snap(max(width / 2.0**14, h_floor), per_direction)
+    lower, upper, size, notes, gap, terms = 0.0, math.inf, 0, [], math.inf, {}
     for _ in range(12):
         round_start = time.perf_counter()
         try:
@@ -73,73 +68,250 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             notes = [f"lattice widened to h = {h:.3g} to stay within the memory budget "
                      f"({max_memory / 2**30:.3g} GiB): the interval is wider than the tolerance asked"]
             continue
-        lower = max(lower, max(lo for lo, _, _ in found))  # every round is certified: keep the best
-        upper = min(upper, max(up for _, up, _ in found))
-        size = max(s for _, _, s in found)
+        lower = max(lower, max(f[0] for f in found))  # every round is certified: keep the best
+        worst = max(found, key=lambda f: f[1])
+        if worst[1] <= upper:
+            upper, terms = worst[1], worst[3]
+        size = max(f[2] for f in found)
         gap, previous = upper - lower, gap
-        if gap <= tolerance * upper:
+        if math.isfinite(upper) and gap <= tolerance * upper:
             break
-        if gap > 0.8 * previous:  # refining no longer pays: floating-point noise or truncation dominates
-            notes.append(f"refinement stalled at h = {h:.3g}: the interval is {gap / upper:.2%} of epsilon, "
-                         "wider than the tolerance asked")
+        if gap > 0.8 * previous:  # refining no longer pays: round-off or truncation dominates
+            notes.append(f"refinement stalled at h = {h:.3g}: {_width(lower, upper)}")
             break
         if h <= h_floor * 1.0001:
             notes.append(f"lattice at its finest allowed spacing h = {h:.3g} ({max_points:,} points): "
-                         f"the interval is {gap / upper:.2%} of epsilon, wider than the tolerance asked")
+                         f"{_width(lower, upper)}")
             break
         finer = max(h * min(0.7, max(0.25, math.sqrt(0.8 * tolerance * upper / gap))), h_floor)
         now = time.perf_counter()
         if now - start + (now - round_start) * 1.5 * h / finer > max_seconds:
-            notes.append(f"refinement stopped at h = {h:.3g} by the time budget ({max_seconds:g} s): the "
-                         f"interval is {gap / upper:.2%} of epsilon, wider than the tolerance asked")
+            notes.append(f"refinement stopped at h = {h:.3g} by the time budget ({max_seconds:g} s): "
+                         f"{_width(lower, upper)}")
             break
-        h = finer
+        h = _snap(finer, per_direction)
+    if notes and terms:
+        notes.append(f"largest term charged to the upper bound: {_dominant(terms)}; the rest of the interval "
+                     "is the lattice's discretisation" if math.isfinite(upper) else
+                     f"no finite upper bound; what keeps it infinite: {_dominant(terms)}")
     return PldResult(lower, upper, delta, h, n, size, tuple(notes))
 
 
-def _allowance_note(n: int, delta: float) -> str:
-    return (f"no finite PLD bound for {n:,} releases at delta = {delta:g}: the floating-point allowance charged "
-            f"to delta ({_ROUNDING:.2g} per release) exceeds it")
+def _snap(h: float, per_direction) -> float:
+    """h, or the largest spacing <= h that puts a pair's loss atom (a Laplace pair's +-eps0) on the
+    lattice, so that the atom is not split across the next lattice point (pure DP stays n eps0)."""
+    for pairs in per_direction:
+        for pair, _ in pairs:
+            atom = getattr(pair, "epsilon0", None)
+            if atom and math.isfinite(atom) and atom > h:
+                return atom / math.ceil(atom / h - 1e-9)
+    return h
+
+
+def _width(lower, upper) -> str:
+    if not math.isfinite(upper):
+        return "no finite upper bound"
+    return f"the interval is {(upper - lower) / upper:.2%} of epsilon, wider than the tolerance asked"
+
+
+def _items(lattices, which):
+    return [_comp.Item(getattr(L, which), L.start, c, L.rel_error) for L, c in lattices]
+
+
+def _inf_mass(lattices) -> float:
+    """Upper bound on the composed infinity atom: 1 - prod (1 - up_inf)^c."""
+    return -math.expm1(sum(c * math.log1p(-min(L.up_inf, 1.0 - 1e-16)) for L, c in lattices)) * (1.0 + 1e-12)
+
+
+# Chernoff parameters tried at a window's ends, in units of 1/sd of the tilted sum: heavy-tailed steps
+# (small sampling rates) need far smaller ones than a Gaussian
+_STEPS = np.geomspace(1e-4, 16.0, 12)
+
+
+def _window(items, tilted, level, max_memory, steps=_STEPS):
+    """The FFT window [first, first + size) for the tilted sum: its Chernoff quantiles at ``level`` on
+    each side (the whole support when that is shorter), size a power of 2; also the log bound on the
+    exact untilted mass above it and the tilted mass outside it (which the FFT wraps in)."""
+    low = sum(item.count * item.start for item in items)
+    high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
+    theta, steps = tilted.theta, steps / tilted.sd
+    up = sum(item.count * (_comp.cgf(item.pmf, item.start, theta + steps) + _comp.log_inverse(item.rel_error))
+             for item in items) - tilted.log_scale
+    down = sum(item.count * (_comp.cgf(item.pmf, item.start, theta - steps) + _comp.log_inverse(item.rel_error))
+               for item in items) - tilted.log_scale
+    log_level = math.log(level)
+    top = min(high, math.ceil(float(np.min((up - log_level) / steps))))
+    first = max(low, math.floor(float(np.max((log_level - down) / steps))))
+    size = 1 << max(10, math.ceil(math.log2(top - first + 2)))
+    if size * 16 * 6 > max_memory:
+        raise MemoryError(1.05 * size * 16 * 6 / max_memory)  # how much wider h must be
+    if size >= high - low + 1:
+        return low, size, -math.inf, 0.0
+    first = min(first, high - size + 1)
+    top = first + size - 1
+    log_above = float(np.min(up + tilted.log_scale - (theta + steps) * top)) if top < high else -math.inf
+    outside = (math.exp(min(float(np.min(up - steps * top)), 0.0)) if top < high else 0.0) + \
+        (math.exp(min(float(np.min(down + steps * first)), 0.0)) if first > low else 0.0)
+    return first, size, log_above, outside
+
+
+def _untilted_is_enough(items, flat, size, delta) -> bool:
+    """Whether the untilted FFT's round-off is predicted below 1e-3 delta: E2 ~ n gamma ||x||_2
+    (N / (2 sqrt(pi n) sd))^(1/2), read on an l2 norm of about (N / 2)^(1/2) bins (the prediction only
+    picks the tilt; the bound charged is computed, ``_pld_compose``)."""
+    n = sum(item.count for item in items)
+    norm = max(float(np.linalg.norm(x)) for x, _ in flat.arrays)
+    predicted = n * _comp.fft_gamma(size) * norm * math.sqrt(size / (2.0 * math.sqrt(math.pi * n) * flat.sd))
+    return predicted * math.sqrt(size / 2.0) <= 1e-3 * delta
+
+
+def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
+    """The upper composed sum of one direction at tilt theta (None: untilted if that is accurate
+    enough, else the saddle point): (TiltedSum, charge), charge being the exact mass above the window
+    plus the infinity atom."""
+    if theta is None:
+        tilted = _comp.tilt(items, 0.0)
+        window = _window(items, tilted, level, max_memory)
+        if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+            theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(delta),
+                                       x=None if x is None else x / h)[0]
+            tilted = _comp.tilt(items, max(theta, 0.0))
+            window = _window(items, tilted, level, max_memory)
+    else:
+        tilted = _comp.tilt(items, theta)
+        window = _window(items, tilted, level, max_memory)
+    first, size, log_above, _ = window
+    if x is not None and x < first * h:  # delta at x needs the window to reach below x
+        first = math.floor(x / h) - 1
+        log_above = _comp.log_tail(items, tilted.theta + _STEPS / tilted.sd, first + size - 1)
+    total = _comp.compose(tilted, first, size, h)
+    return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
 def _direction_bounds(pairs, delta, h, tau, tail, max_memory):
-    """(lower, upper, fft size) for one direction's pairs at spacing h (``_pld_lattice``)."""
-    n = sum(c for _, c in pairs)
+    """(lower, upper, fft size, charged terms) for one direction's pairs at spacing h (``_pld_lattice``, ``_pld_compose``).
+
+    The tilt centres the tilted sum on the epsilon sought when the untilted FFT's round-off would
+    matter (``_theta``); when the upper bound found lies more than a standard deviation from the tilted
+    mean, the sum is tilted once more, centred on it. The lower bound's sums use the same tilt."""
     lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
-    support = max(len(L.up) for L, _ in lattices)
-    if support * 8 * 6 > max_memory:
-        raise MemoryError(1.05 * support * 48 / max_memory)
-    up_window, lams = _lat.chernoff_window(lattices, "up", tau)
-    down_window, _ = _lat.chernoff_window(lattices, "down", tau, lams)  # the down sum is close to the up one
-    longest = max(up_window[1] - up_window[0], down_window[1] - down_window[0]) + 1
-    size = sfft.next_fast_len(max(longest, support) + 1, real=True)
-    if size * 16 * 4 > max_memory:
-        raise MemoryError(1.05 * size * 16 * 4 / max_memory)  # how much wider h must be
-    up = _lat.compose(lattices, "up", up_window, size)
-    down = _lat.compose(lattices, "down", down_window, size)
-    inf_mass = -math.expm1(sum(c * math.log1p(-L.up_inf) for L, c in lattices))
-    drift = sum(c * L.drift_mean for L, c in lattices) - _lat.bennett_deviation(
-        sum(c * L.drift_var for L, c in lattices), max(L.drift_mean for L, _ in lattices), math.log(1.0 / tau))
-    # upper: the window loses <= tau per side; lower: the same, plus tau for the drift bound failing
-    rounding = _ROUNDING * n  # total variation between the stored and the exact per-step masses, composed
-    upper_budget = delta - (inf_mass + 2 * tau + up.error + rounding)
-    lower_budget = delta + (2 * tau + down.error + tau + rounding)
-    eps_upper = up.x_at(upper_budget, floor=-h) if upper_budget > 0 else math.inf
-    eps_lower = down.x_at(lower_budget, floor=-max(drift, 0.0) - h) + drift
-    return max(0.0, eps_lower), max(0.0, eps_upper), size
+    eps_upper, theta, size, terms = _upper_epsilon(lattices, delta, h, tau, max_memory)
+    # lower: one event of the composed output (``_pld_lattice``): its P- and Q-sums at the same tilt (the
+    # labels follow the loss, so the tilt centres them near the answer too)
+    eps_lower = -math.inf
+    if math.isfinite(eps_upper):
+        p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
+        tilted = _comp.tilt(p_items, theta)
+        first, size_low, _, outside = _window(p_items, tilted, tau, max_memory)
+        p_sum = _comp.compose(tilted, first, size_low, h, alias=outside)
+        # Q's labels sit at a loss ratio of the P-masses' labels only up to the rounding: centre its
+        # tilted sum on P's (about theta + h, the tilt that turns Q's loss law into P's)
+        theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=theta + h)
+        q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size_low, h)
+        eps_lower = _comp.certified_lower(p_sum, q_sum, delta, eps_upper)
+        size = max(size, size_low)
+    return max(0.0, eps_lower), max(0.0, eps_upper), size, terms
 
 
-def _direction_delta(pairs, epsilon, h, tau, tail, max_memory) -> float:
-    """Upper bound on delta(epsilon) for one direction's pairs at spacing h (as ``_direction_bounds``)."""
-    n = sum(c for _, c in pairs)
+def _upper_epsilon(lattices, delta, h, tau, max_memory):
+    """(upper epsilon, tilt, FFT size, charged terms) of the composed upper lattices at delta
+    (``_direction_bounds``); the terms are ``_charged_terms`` at the epsilon found."""
+    up_items = _items(lattices, "up")
+    up, charge, tilted = _upper(up_items, lattices, delta, h, max_memory, None, tau)
+    eps_upper = _read_upper(up, delta - charge)
+    size, theta, used = len(up.values), up.theta, (up, charge)
+    if theta > 0 and math.isfinite(eps_upper) and abs(eps_upper / h - tilted.mean) > tilted.sd:
+        theta, _ = _comp.choose_theta(up_items, h, x=eps_upper / h)
+        again, again_charge, _ = _upper(up_items, lattices, delta, h, max_memory, theta, tau)
+        eps_again = _read_upper(again, delta - again_charge)
+        size = max(size, len(again.values))
+        if eps_again < eps_upper:
+            eps_upper, used = eps_again, (again, again_charge)
+        else:
+            theta = up.theta
+    return eps_upper, theta, size, _charged_terms(*used, delta, eps_upper)
+
+
+def _charged_terms(total, charge, delta, x):
+    """Shares of delta charged at x (the window's top when x is inf): the truncated mass (tails, the
+    window's end, cells less accurate than 1e-9), the lattice masses' relative error composed, and the
+    FFT's round-off bound."""
+    terms = {}
+    if not math.isfinite(x):
+        floor = total.first * total.h
+        if total.first > total.support_low and total.upper_profile(floor) + charge <= delta:
+            # the whole window lies above the answer: the pessimistic lattice sum's own excess
+            return {f"the lattice's discretisation (h = {total.h:.3g}: the pessimistic lattice sum lies "
+                    "above the epsilon sought, beyond the window)": math.inf}
+        x = (total.first + len(total.values) - 2) * total.h
+        terms["the lattice sum's own delta at the window's top (discretisation)"] = \
+            _comp.profile(total.first, total.untilted(), total.h, x) / delta
+    body = _comp.profile(total.first, total.untilted(), total.h, x)
+    factor = math.exp(total.log_factor)
+    terms.update({"truncated mass (per-step tails, FFT window)": charge / delta,
+                  "relative error of the lattice masses, composed": (factor - 1.0) * body / delta,
+                  "FFT round-off (proven bound)": factor * total.error * total.error_norm(x) / delta})
+    return terms
+
+
+def _dominant(terms) -> str:
+    name = max(terms, key=terms.get)
+    return name if math.isinf(terms[name]) else f"{name}, {terms[name]:.2g} of delta"
+
+
+def _read_upper(total, budget):
+    """The upper epsilon of a composed upper sum at ``budget`` (inf if the window starts above it)."""
+    floor = total.first * total.h
+    eps = total.x_upper(budget, floor)
+    return eps if eps > floor or total.first <= total.support_low else math.inf
+
+
+def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
+    """(lower, upper) bounds on delta(epsilon) for one direction's pairs at spacing h (as
+    ``_direction_bounds``: the upper lattice's profile plus what is charged; the lower bound's event)."""
     lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
-    window, _ = _lat.chernoff_window(lattices, "up", tau)
-    size = sfft.next_fast_len(max(window[1] - window[0] + 1, max(len(L.up) for L, _ in lattices)) + 1, real=True)
-    if size * 16 * 4 > max_memory:
-        raise MemoryError(size * 16 * 4 / max_memory)
-    up = _lat.compose(lattices, "up", window, size)
-    inf_mass = -math.expm1(sum(c * math.log1p(-L.up_inf) for L, c in lattices))
-    return up.profile(epsilon) + inf_mass + 2 * tau + up.error + _ROUNDING * n
+    up, charge, _ = _upper(_items(lattices, "up"), lattices, None, h, max_memory, None, tau, x=epsilon)
+    upper = min(1.0, up.upper_profile(epsilon) + charge)
+    p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
+    tilted = _comp.tilt(p_items, up.theta)
+    first, size, _, outside = _window(p_items, tilted, tau, max_memory)
+    if epsilon < first * h:
+        return 0.0, upper
+    p_sum = _comp.compose(tilted, first, size, h, alias=outside)
+    theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=up.theta + h)
+    q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size, h)
+    return _comp.certified_lower_delta(p_sum, q_sum, epsilon, max(upper, tau)), upper
+
+
+def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, max_seconds=math.inf):
+    """Certified (lower, upper) on delta(epsilon), truncations sized for deltas near ``reference``, the
+    lattice refined (halving h) until upper - lower <= tolerance * upper, or the interval stalls, or the
+    point or time budget is spent."""
+    start = time.perf_counter()
+    n = sum(c for _, c in items)
+    tau = _DELTA_SHARE * reference
+    directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
+    per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
+    width = max(_window_estimate(pairs, reference) for pairs in per_direction)
+    h_floor = width / (0.95 * max_points)
+    h = _snap(max(width / 2.0**14, h_floor), per_direction)
+    lower, upper, gap = 0.0, 1.0, math.inf
+    for _ in range(10):
+        round_start = time.perf_counter()
+        try:
+            found = [_direction_delta(pairs, epsilon, h, tau, tau / n, max_memory) for pairs in per_direction]
+        except MemoryError as err:
+            h *= max(1.25, float(err.args[0]) if err.args else 2.0)
+            h_floor = max(h_floor, h)
+            continue
+        lower, upper = max(lower, max(lo for lo, _ in found)), min(upper, max(up for _, up in found))
+        gap, previous = upper - lower, gap
+        now = time.perf_counter()
+        if (gap <= tolerance * upper or gap > 0.8 * previous or h <= h_floor * 1.0001
+                or now - start + (now - round_start) * 3.0 > max_seconds):
+            break
+        h = _snap(max(0.5 * h, h_floor), per_direction)
+    return lower, upper
 
 
 def _window_estimate(pairs, delta: float) -> float:
@@ -160,51 +332,13 @@ def _window_estimate(pairs, delta: float) -> float:
     return 14.0 * math.sqrt(variance) + support
 
 
-_LAMBDAS = np.concatenate([np.geomspace(1e-10, 10.0, 96), -np.geomspace(1e-10, 10.0, 96)])
-
-
-def _cgf_table(L) -> np.ndarray:
-    """log E[e^{lam U}] of one lattice's pessimistic loss (indices as units) on the grid ``_LAMBDAS``."""
-    idx = np.arange(len(L.up)) + L.start
-    keep = L.up > 0
-    return special.logsumexp(np.log(L.up[keep])[None, :] + _LAMBDAS[:, None] * idx[keep][None, :], axis=1)
-
-
 def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:
-    """Upper bounds for base + t x step, t in counts, reusing lattice spectra and CGF tables."""
+    """Upper bounds for base + t x step, t in counts, on the given lattices (each count as in
+    ``_direction_bounds``, sharing the lattices)."""
     tau = _DELTA_SHARE * delta
-    log_tau = math.log(tau)
-    tables = {id(L): _cgf_table(L) for L, _ in base + step}
-    windows = []
-    for t in counts:
-        cgf = sum(c * tables[id(L)] for L, c in base + [(L, c * t) for L, c in step] if c)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ends = (cgf - log_tau) / _LAMBDAS  # upper ends for lam > 0, lower ends for lam < 0
-        windows.append((math.floor(np.nanmax(np.where(_LAMBDAS < 0, ends, -np.inf))) - 1,
-                        math.ceil(np.nanmin(np.where(_LAMBDAS > 0, ends, np.inf))) + 1))
-    support = max(len(L.up) for L, _ in base + step)
-    size = sfft.next_fast_len(max(max(hi - lo + 1 for lo, hi in windows), support) + 1, real=True)
-    if size * 16 * 4 > max_memory:
-        raise MemoryError(size * 16 * 4 / max_memory)
-    h = (base + step)[0][0].h
-    spectra = {id(L): sfft.rfft(L.up, size) for L, _ in base + step}
-    base_spec = np.ones(size // 2 + 1, dtype=np.complex128)
-    for L, c in base:
-        base_spec *= _lat.spectral_power(spectra[id(L)], c)
     out = np.zeros(len(counts))
     for i, t in enumerate(counts):
-        items = base + [(L, c * t) for L, c in step if c * t]
-        if not items:
-            continue
-        spectrum = base_spec.copy()
-        for L, c in step:
-            spectrum *= _lat.spectral_power(spectra[id(L)], c * t)
-        offset = sum(c * L.start for L, c in items)
-        lo, hi = windows[i]
-        pmf = np.roll(sfft.irfft(spectrum, size), -((lo - offset) % size))[: hi - lo + 1]
-        noise = max(0.0, -float(pmf.min()))
-        up = _lat.LatticeSum(lo, np.maximum(pmf, 0.0), h, 2.0 * max(noise, 2.0**-60) * size)
-        inf_mass = -math.expm1(sum(c * math.log1p(-L.up_inf) for L, c in items))
-        budget = delta - (inf_mass + 2 * tau + up.error + _ROUNDING * sum(c for _, c in items))
-        out[i] = max(0.0, up.x_at(budget, floor=-h)) if budget > 0 else math.inf
+        lattices = [(L, c) for L, c in base if c] + [(L, c * t) for L, c in step if c * t]
+        if lattices:
+            out[i] = max(0.0, _upper_epsilon(lattices, delta, lattices[0][0].h, tau, max_memory)[0])
     return out

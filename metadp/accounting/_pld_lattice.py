@@ -1,4 +1,4 @@
-"""Lattice discretisation of one dominating pair and FFT composition of lattice sums (PLD internals).
+"""Lattice discretisation of one dominating pair (PLD internals; composition in ``_pld_compose``).
 
 A pair (P, Q) with privacy loss L = log dP/dQ is cut into loss cells (e_k, e_k + h] on the lattice
 h Z; the pair gives each cell's exact P- and Q-masses. Two discrete losses come out of the cells:
@@ -13,16 +13,28 @@ h Z; the pair gives each cell's exact P- and Q-masses. Two discrete losses come 
   needed: the split adds at most h^2/4 of variance to each step's loss and keeps its Q-mass exact.
   The lower tail L <= e_0 is rounded up to e_0 (stochastic dominance, pessimistic); the upper tail
   L > e_K becomes the infinity atom.
-* **Lower (optimistic): bucketing.** Reporting only the cell of L is a post-processing, so the
-  bucketed pair, whose loss is l*_k = log(p_k / q_k) on cell k, is dominated by (P, Q). Its loss is
-  rounded down to the lattice, l*_k = e_k + d_k with 0 <= d_k <= h, and the rounding is undone with a
-  concentration bound on sum d_i over the composed steps (``bennett_deviation``). Within a cell L is
-  nearly uniform, so d_k is close to h/2 in every cell and its variance is tiny: the bound costs about
-  h, not h sqrt(n). The tail L <= e_0 is dropped (its loss becomes -inf: optimistic, valid for a
-  lower bound); L > e_K is rounded down to e_K.
+* **Lower (optimistic): one event.** delta(eps) = sup_E P(E) - e^eps Q(E) over events E of the
+  composed output, so any one event gives a lower bound. Label each step's output by its loss cell k
+  (cells kept: both masses accurate) and let E be "every step's cell is kept and the labels sum to a
+  value in A": P(E) and Q(E) are sums over A of the n-fold lattice sums of the cells' P-masses
+  (``down``) and Q-masses (``down_q``), each an FFT power, and A = {s : P_s > e^eps Q_s} is the best
+  choice. Cells are labelled by the lattice point nearest their loss ratio. No rounding of the loss and
+  no drift correction: the labels only group outcomes, and an outcome's loss spreads around its
+  label's by about h sqrt(n / 12), which costs delta second order.
+  Dropped tails and cells simply lie outside E.
 
-The cell masses carry round-off, so the split point ``a`` is moved right (pessimistic) and d_k down
-(optimistic) by ``_SLACK``: these are the only places where round-off could move a bound the wrong way.
+Round-off. The cells are those of the mechanism's output between the computed inverses of the edges
+(floats: exact cells of the real line), so only the cell masses carry round-off, and the pair bounds
+it (``cell_masses(..., with_error=True)``: a relative error eta_k per cell). The computed loss ratio
+log(p_k/q_k) is then within eps_k = eta_p + eta_q + a few ulps of the cell's exact one, and every
+placement uses that: connect-the-dots splits at the lattice points bracketing log(p/q) + eps_k (any
+point at or above the exact ratio gives a dominating split, even if it is not the cell's nominal one),
+bucketing rounds log(p/q) - eps_k down. What remains is that the stored masses are the exact ones of
+such a pair only to a relative error eta (``Lattice.rel_error``, the largest over the cells kept);
+since every mass is >= 0, an n-fold composition of masses each within relative eta of the exact ones is
+within a factor (1 +- eta)^n of the exact composition, bin by bin (``_pld_compose``): a relative error of
+delta, not an absolute one. Cells whose own bound exceeds ``_MAX_REL_ERROR`` (deep tails, subnormal
+masses) are charged to the infinity atom with their absolute bound (upper) or dropped (lower).
 """
 
 from __future__ import annotations
@@ -30,15 +42,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Sequence, Tuple
 
 import numpy as np
-from scipy import fft as sfft
-from scipy import optimize, special
 
 __all__ = []
 
-_SLACK = 1e-12  # absolute guard on log(p/q), larger than the round-off of the cell masses' ratio
+_U = 2.0**-53  # unit round-off of float64
+_MAX_REL_ERROR = 1e-9  # cells less accurate than this go to the infinity atom (upper) or are dropped (lower)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +58,27 @@ class Lattice:
     start: int
     h: float
     up: np.ndarray  # connect-the-dots P-masses at the lattice points (finite part)
-    down: np.ndarray  # bucketed P-masses rounded down (the dropped lower tail excluded)
-    up_inf: float  # Pr[L > top]: the infinity atom of the pessimistic loss
-    drift_mean: float  # E[d] of the bucketed loss's rounding (0 on the tails)
-    drift_var: float  # Var[d]
+    down: np.ndarray  # the kept cells' P-masses, at their cell's index (lower bound's event)
+    up_inf: float  # upper bound on Pr[L > top] plus the masses charged there: the infinity atom
+    down_q: np.ndarray  # the cells' Q-masses, at the same labels as ``down`` (lower bound's event)
+    rel_error: float = 0.0  # up, down and down_q are within this relative error of an exact pair's masses
+
+
+def _masses(pair, edges, under):
+    """cell masses, below, above and their relative error bounds (``cell_masses(with_error=True)``)."""
+    cells, below, above, err, err_below, err_above = pair.cell_masses(edges, under, with_error=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(cells > 0, err / cells, np.inf)
+    return cells, below, above, rel, err, err_below, err_above
+
+
+def _bracket(value, h, guard):
+    """Lattice index j and offset r in [0, h) with value = j h + r to round-off (``guard`` absolute)."""
+    j = np.floor(value / h)
+    r = value - j * h
+    low, high = r < 0.0, r >= h
+    j, r = np.where(low, j - 1, np.where(high, j + 1, j)), np.where(low, r + h, np.where(high, r - h, r))
+    return j.astype(np.int64), r
 
 
 def build_lattice(pair, h: float, tail: float) -> Lattice:
@@ -59,29 +86,53 @@ def build_lattice(pair, h: float, tail: float) -> Lattice:
     if hasattr(pair, "components"):  # a revealed mixture: mix the components' lattices
         return _mixed_lattice(pair, h, tail)
     lo, hi = pair.loss_range(tail)
-    j_lo, j_hi = math.floor(lo / h), math.ceil(hi / h)
-    if j_hi == j_lo:
-        j_hi += 1
+    # one more cell on each side: an atom at the range's end (a Laplace pair's +-eps0 on a snapped
+    # lattice) must not fall outside it by the rounding of the edges
+    j_lo, j_hi = math.floor(lo / h) - 1, math.ceil(hi / h) + 1
     edges = np.arange(j_lo, j_hi + 1, dtype=np.float64) * h
-    cp, below, above = pair.cell_masses(edges, "P")
-    cq, _, _ = pair.cell_masses(edges, "Q")
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        offset = np.log(cp / cq) - edges[:-1]  # a = l* - e_k, in [0, h] up to round-off
-    usable = (cp > 0) & np.isfinite(offset)
-    # upper: split point moved right (pessimistic); cq underflowing to 0 sends all mass right
-    a_up = np.where(usable, np.clip(offset + _SLACK, 0.0, h), h)
-    right = cp * (np.expm1(-a_up) / math.expm1(-h))
-    left = np.maximum(cp - right, 0.0)
-    up = np.zeros(len(edges))
-    up[:-1] += left
-    up[1:] += right
-    up[0] += below
-    # lower: rounding offsets moved down (optimistic); unusable cells get no drift credit
-    d = np.where(usable, np.clip(offset - _SLACK, 0.0, h), 0.0)
-    down = np.concatenate([cp, [above]])
-    mean = float(np.dot(cp, d))
-    var = float(np.dot(cp, (d - mean) ** 2)) + (below + above) * mean * mean
-    return Lattice(j_lo, h, up, down, above, mean, var)
+    cp, below, above, rel_p, err_p, err_below, err_above = _masses(pair, edges, "P")
+    cq, _, _, rel_q, _, _, _ = _masses(pair, edges, "Q")
+    kept = (cp > 0) & (rel_p <= _MAX_REL_ERROR)
+    charged = float(np.sum(np.where(kept, 0.0, cp + err_p)))  # to the infinity atom (upper), dropped (lower)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(cp) - np.log(cq)  # the cell's loss ratio l* to within `slack`
+    slack = rel_p + rel_q + 4.0 * _U * (np.abs(ratio) + 1.0)
+    usable = kept & np.isfinite(ratio) & (rel_q <= _MAX_REL_ERROR)
+    nominal = np.arange(len(cp), dtype=np.int64) + j_lo  # cell k is (e_k, e_{k+1}] in exact arithmetic
+    guard = 8.0 * _U * (np.abs(edges[:-1]) + h)  # rounding of j h and of the subtractions below
+    if np.any(guard[kept] >= 0.25 * h):
+        raise ValueError(f"lattice spacing h = {h:g} is below the resolution of float64 at losses near {hi:g}")
+    # upper: split between j h and (j + 1) h with j h <= l* + slack < (j + 1) h; a cell without a usable
+    # ratio (q underflows) puts all its mass two points above its nominal cell (its loss is <= e_{k+1}
+    # up to the inverse's round-off). Where the pair's cells are exact loss intervals (``exact_loss_cells``)
+    # l* <= e_{k+1} as well: an atom on a lattice point stays there.
+    exact = getattr(pair, "exact_loss_cells", False)
+    high = ratio + slack
+    if exact:
+        high = np.minimum(high, edges[1:])
+    j, r = _bracket(np.where(usable, high, 0.0), h, guard)
+    a = r + guard
+    wrap = a > h
+    j, a = np.where(wrap, j + 1, j), np.where(wrap, a - h, a)
+    j = np.where(usable, j, nominal + 1)
+    a = np.where(usable, np.clip(a, 0.0, h), h)
+    right = np.where(kept, cp * (np.expm1(-a) / math.expm1(-h)), 0.0)
+    left = np.where(kept, cp * (np.exp(-a) * np.expm1(a - h) / math.expm1(-h)), 0.0)
+    start = min(int(j.min()), j_lo - 1)
+    size = max(int(j.max()) + 2, j_hi + 2) - start
+    up = np.bincount(j - start, left, size) + np.bincount(j + 1 - start, right, size)
+    # L <= e_0: its upper bound, placed one point up for the inverse's round-off (extra P-mass only
+    # raises every delta, so an absolute bound serves where a relative one may not exist)
+    up[j_lo + 1 - start] += below + err_below
+    # lower: the kept cells with both masses accurate, labelled by the lattice point nearest their loss
+    # ratio (any labels give a valid event; these keep a label sum's loss near its lattice value)
+    sure = usable & (cq > 0)
+    label = np.clip(np.where(sure, np.floor(ratio / h + 0.5), nominal).astype(np.int64), start, start + size - 1)
+    down = np.bincount(label - start, np.where(sure, cp, 0.0), size)
+    down_q = np.bincount(label - start, np.where(sure, cq, 0.0), size)
+    eta = float(max(np.max(rel_p[kept], initial=0.0), np.max(rel_q[sure], initial=0.0))) + 8.0 * _U
+    up_inf = (above + err_above + charged) * (1.0 + 4.0 * _U)
+    return Lattice(start, h, up, down, up_inf, down_q, min(eta, 1.0))
 
 
 def _mixed_lattice(mixture, h: float, tail: float) -> Lattice:
@@ -100,183 +151,23 @@ def _mixed_lattice(mixture, h: float, tail: float) -> Lattice:
             parts.append((w, build_lattice(pair, h, min(0.25, tail / (w * m)))))
     start = min([0] + [L.start for _, L in parts if L is not None])
     stop = max([1] + [L.start + len(L.up) for _, L in parts if L is not None])
-    up, down = np.zeros(stop - start), np.zeros(stop - start)
-    up_inf, mean, second = mixture.inf_mass + dropped, 0.0, 0.0
+    up, down, down_q = np.zeros(stop - start), np.zeros(stop - start), np.zeros(stop - start)
+    up_inf, eta = mixture.inf_mass + dropped, 0.0
     for w, L in parts:
         if L is None:
-            up[-start] += w
-            down[-start] += w
+            for array in (up, down, down_q):
+                array[-start] += w
             continue
-        up[L.start - start: L.start - start + len(L.up)] += w * L.up
-        down[L.start - start: L.start - start + len(L.down)] += w * L.down
+        at = slice(L.start - start, L.start - start + len(L.up))
+        up[at] += w * L.up
+        down[at] += w * L.down
+        down_q[at] += w * L.down_q
         up_inf += w * L.up_inf
-        mean += w * L.drift_mean
-        second += w * (L.drift_var + L.drift_mean**2)
-    return Lattice(start, h, up, down, up_inf, mean, max(second - mean * mean, 0.0))
+        eta = max(eta, L.rel_error)
+    eta += 4.0 * _U * (1 + len(parts))
+    return Lattice(start, h, up, down, up_inf * (1.0 + eta), down_q, eta)
 
 
 @functools.lru_cache(maxsize=64)
 def lattice_cached(pair, h: float, tail: float) -> Lattice:
     return build_lattice(pair, h, tail)
-
-
-def bennett_deviation(variance: float, bound: float, log_inv_tau: float) -> float:
-    """t with Pr[sum (mu_i - d_i) >= t] <= tau, for independent d_i with sum of variances ``variance``
-    and mu_i - d_i <= ``bound`` (Bennett 1962: exp(-(V/b^2) g(b t / V)), g(u) = (1+u) log(1+u) - u)."""
-    if bound <= 0.0:
-        return 0.0
-    if variance <= 0.0:  # the d_i are constants: no deviation
-        return 0.0
-    target = log_inv_tau * bound * bound / variance  # solve g(u) = target for u >= 0
-
-    def g(log_u):
-        u = math.exp(log_u)
-        return (1.0 + u) * math.log1p(u) - u - target
-
-    hi = max(1.0, math.log(2.0 * target + 2.0))
-    while g(hi) < 0:
-        hi *= 2.0
-    log_u = optimize.brentq(g, -60.0, hi, xtol=1e-12) if g(-60.0) < 0 else -60.0
-    return math.exp(log_u) * variance / bound * (1.0 + 1e-9)
-
-
-@dataclasses.dataclass(frozen=True)
-class LatticeSum:
-    """A composed lattice sum on the window of indices [first, first + len(pmf)), spacing h."""
-
-    first: int
-    pmf: np.ndarray
-    h: float
-    error: float  # floating-point noise, charged to every bin
-
-    def profile(self, x: float) -> float:
-        """sum_s pmf_s (1 - e^{x - s})_+ : the hockey-stick divergence of the lattice sum at x."""
-        s = (self.first + np.arange(len(self.pmf))) * self.h
-        keep = (s > x) & (self.pmf > 0)
-        return float(np.dot(self.pmf[keep], -np.expm1(x - s[keep])))
-
-    def x_at(self, delta: float, floor: float) -> float:
-        """Smallest x >= ``floor`` with sum_s pmf_s (1 - e^{x - s})_+ <= delta (``floor`` if it holds there)."""
-        if delta <= 0:
-            return math.inf
-        s = (self.first + np.arange(len(self.pmf))) * self.h
-        keep = (self.pmf > 0) & (s > floor)
-        s, p = s[keep], self.pmf[keep]
-        if len(p) == 0:
-            return floor
-        # On [s_{j-1}, s_j) the profile is A_j - e^x B_j, A_j = sum_{k>=j} p_k, B_j = sum_{k>=j} p_k e^{-s_k}.
-        a = np.cumsum(p[::-1])[::-1]
-        if s[-1] - s[0] < 600.0:  # scaled sums do not underflow: plain cumulative sums
-            log_b = np.log(np.cumsum((p * np.exp(s[0] - s))[::-1])[::-1]) - s[0]
-        else:
-            log_b = np.logaddexp.accumulate((np.log(p) - s)[::-1])[::-1]
-        a_next, log_b_next = np.append(a[1:], 0.0), np.append(log_b[1:], -np.inf)
-        with np.errstate(over="ignore"):
-            at_points = a_next - np.exp(s + log_b_next)  # the profile at s_j
-        hits = at_points <= delta
-        j = int(np.argmax(hits)) if np.any(hits) else len(s) - 1
-        low = floor if j == 0 else float(s[j - 1])
-        if a[j] <= delta:
-            return low
-        x = math.log(a[j] - delta) - float(log_b[j])
-        return float(min(max(x, low), s[j]))
-
-
-def chernoff_window(lattices: Sequence[Tuple[Lattice, int]], which: str, tau: float,
-                    lams: Tuple[float, float] = None) -> Tuple[Tuple[int, int], Tuple[float, float]]:
-    """Index window [lo, hi] outside which the composed ``which`` sum has mass <= tau on each side.
-
-    By Chernoff, Pr[S - m >= t] <= exp(K(lam) - lam t) for every lam > 0 (K the centred cumulant
-    generating function of S), so any lam gives a valid end; the best one found is taken,
-    or the given ``lams`` (upper, lower) are used as they are (one pass, e.g. those found for a
-    neighbouring lattice). Returns the window and the two lams used.
-
-    Each lam costs a pass over the lattice, so lam is found by a golden-section search (about ten
-    passes) between 1/64 and 4 times the Gaussian optimum; any lam is valid, the search only decides
-    how tight the window is.
-    """
-    stats = []
-    for L, c in lattices:
-        p = getattr(L, which)
-        idx = np.arange(len(p)) + L.start
-        keep = p > 0
-        mass = float(p.sum())
-        mean = float(np.dot(p, idx)) / mass
-        stats.append((c, p[keep] / mass, idx[keep] - mean, mean, math.log(mass),
-                      float(np.dot(p, (idx - mean) ** 2)) / mass))
-    center = sum(c * m for c, _, _, m, _, _ in stats)
-    sd = math.sqrt(max(sum(c * v for *_, v in stats), 1.0))
-    log_tau = math.log(tau)
-    ends, used = [], []
-    for side, sign in enumerate((1.0, -1.0)):
-
-        def distance(grid):  # of the window's end from the centre, for each lam in grid
-            cgf = np.zeros(len(grid))
-            for c, p, centred, _, log_mass, _ in stats:
-                top = float(np.max(sign * centred))  # shift so every exponent is <= 0
-                shifted = sign * centred - top
-                cgf += c * (grid * top + log_mass + np.log([np.dot(np.exp(lam * shifted), p) for lam in grid]))
-            return (cgf - log_tau) / grid
-
-        if lams is not None:
-            grid = np.array([lams[side]])
-            dist = distance(grid)
-        else:  # the distance is quasi-convex in lam: golden section on log lam around the Gaussian optimum
-            scale = math.sqrt(-2.0 * log_tau) / sd
-            tried = {}
-
-            def objective(log_lam):
-                tried[log_lam] = float(distance(np.array([scale * math.exp(log_lam)]))[0])
-                return tried[log_lam]
-
-            optimize.minimize_scalar(objective, bounds=(math.log(1.0 / 64.0), math.log(4.0)), method="bounded",
-                                     options={"xatol": 0.05, "maxiter": 14})
-            grid = scale * np.exp(np.array(list(tried)))
-            dist = np.array(list(tried.values()))
-        best = int(np.argmin(dist))
-        ends.append(float(dist[best]))
-        used.append(float(grid[best]))
-    return (math.floor(center - ends[1]) - 1, math.ceil(center + ends[0]) + 1), tuple(used)
-
-
-def spectral_power(spectrum: np.ndarray, count: int) -> np.ndarray:
-    """spectrum ** count, in polar form, computed only where the modulus stays above 1e-320: a long
-    composition's characteristic function is negligible at all but the lowest frequencies, and the
-    dropped terms change no bin by more than size * 1e-320. Works in the precision of ``spectrum``."""
-    if count == 1:
-        return spectrum
-    with np.errstate(divide="ignore"):
-        log_modulus = 0.5 * count * np.log(spectrum.real**2 + spectrum.imag**2)
-    keep = np.nonzero(log_modulus > -736.0)[0]
-    out = np.zeros_like(spectrum)
-    angle = count * np.angle(spectrum[keep])
-    out[keep] = np.exp(log_modulus[keep]) * (np.cos(angle) + 1j * np.sin(angle))
-    return out
-
-
-# Above this many compositions a double-precision spectrum's relative round-off (~1e-16) would be
-# amplified count-fold by the power (to ~1e-8 of the mass at count 1e8, which swamps small deltas):
-# the per-step spectrum and its power are then computed in extended precision (x87 long double).
-_EXTENDED_ABOVE = 1000
-
-
-def lattice_spectrum(pmf: np.ndarray, count: int, size: int) -> np.ndarray:
-    """The length-``size`` real FFT of ``pmf`` raised to ``count`` (complex128)."""
-    if count > _EXTENDED_ABOVE and np.finfo(np.longdouble).eps < 1e-18:
-        return spectral_power(sfft.rfft(pmf.astype(np.longdouble), size), count).astype(np.complex128)
-    return spectral_power(sfft.rfft(pmf, size), count)
-
-
-def compose(lattices: Sequence[Tuple[Lattice, int]], which: str, window: Tuple[int, int], size: int) -> LatticeSum:
-    """The composed pmf of the ``which`` lattice sums on the window, by FFT powers of length ``size``."""
-    spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
-    offset = 0
-    for L, c in lattices:
-        spectrum *= lattice_spectrum(getattr(L, which), c, size)
-        offset += c * L.start
-    first, last = window
-    circular = sfft.irfft(spectrum, size)
-    window_pmf = np.roll(circular, -((first - offset) % size))[: last - first + 1]
-    noise = max(0.0, -float(window_pmf.min()))
-    # each bin may carry noise ~ the largest negative value; charge it to every bin, doubled
-    return LatticeSum(first, np.maximum(window_pmf, 0.0), lattices[0][0].h, 2.0 * max(noise, 2.0**-60) * size)

@@ -1,21 +1,24 @@
 """Privacy-loss-distribution (PLD) accountant with certified lower and upper bounds.
 
 Each step's dominating pair (``metadp.mechanisms``) has a privacy loss L = log dP/dQ under P. The
-pair is discretised on a lattice h Z twice (``_pld_lattice``): pessimistically by connect-the-dots
-(each loss cell's mass split between its end points: a pair that dominates the original; Doroshenko
-et al. 2022, arXiv:2207.04380) and optimistically by bucketing (a post-processing, so dominated) with
-the bucketed loss rounded down and the rounding drift undone by Bennett's inequality. Composition is
-an FFT power per distinct pair (self-composition T = 1e9 costs what T = 1e3 costs), and delta(eps) =
-E[(1 - e^{eps - S})_+] of the composed sum S is read off exactly on the lattice. Composing dominating
-pairs dominates the composition (Zhu, Dong & Wang 2022, arXiv:2106.08567, Thm 10).
+pair is discretised on a lattice h Z (``_pld_lattice``): pessimistically by connect-the-dots (each loss
+cell's mass split between its end points: a pair that dominates the original; Doroshenko et al. 2022,
+arXiv:2207.04380), and for the lower bound the cells' P- and Q-masses are kept with lattice labels, so
+that one event of the composed output, P(E) - e^eps Q(E), bounds delta(eps) from below. Composition is
+an FFT power per distinct pair (self-composition T = 1e9 costs what T = 1e3 costs), exponentially
+tilted where the FFT's round-off would otherwise swamp the masses that decide a small delta
+(``_pld_compose``), and delta(eps) = E[(1 - e^{eps - S})_+] of the composed sum S is read off exactly on
+the lattice. Composing dominating pairs dominates the composition (Zhu, Dong & Wang 2022,
+arXiv:2106.08567, Thm 10).
 
-Everything truncated is charged on the pessimistic side of each bound: per-step loss tails (upper:
-to an infinity atom, lower: dropped), the mass outside the FFT window (Chernoff bounds on the lattice
-sums: it would wrap around), the failure probability of the drift bound, and the floating-point
-noise of the FFT (estimated from the largest negative output). The lattice is refined until the
-interval [lower, upper] is within the requested relative tolerance or the point budget is spent
-(then a note says so). Every public number is an upper bound; the optimistic one comes with it from
-``get_epsilon_bounds``.
+Everything truncated or rounded is charged on the pessimistic side of each bound, with proofs, not
+estimates: per-step loss tails (upper: to an infinity atom, lower: outside the event), the mass outside
+the FFT window (Chernoff bounds), the cell masses' round-off (a relative error per cell from the pair,
+``cell_masses(with_error=True)``, which composes to a relative error of delta, not an absolute one),
+and the FFT's round-off (Higham's bound carried through the power and the inverse transform). The
+lattice is refined until the interval [lower, upper] is within the requested relative tolerance or the
+point or time budget is spent; then the notes say which charged term is largest. Every public number
+is an upper bound; the optimistic one comes with it from ``get_epsilon_bounds``.
 """
 
 from __future__ import annotations
@@ -29,8 +32,7 @@ import numpy as np
 from metadp.accounting import _pld_lattice as _lat
 from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
 from metadp.accounting._pld_pairs import event_pairs
-from metadp.accounting._pld_bounds import (_DELTA_SHARE, _ROUNDING, PldResult, _allowance_note, _bounds,
-                                           _direction_delta, _trajectory_direction)
+from metadp.accounting._pld_bounds import _DELTA_SHARE, PldResult, _bounds, _delta_bounds, _trajectory_direction
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_delta, check_real
 
@@ -65,7 +67,7 @@ class PldAccountant:
         self.max_seconds = check_real("max_seconds", max_seconds, low=0.0, allow_inf=True)
         self._ledger: List[LedgerEntry] = []
         self._items: List[Tuple[tuple, int]] = []
-        self._rdp = RdpAccountant(relation)
+        self._rdp_cache = None  # (ledger length, RdpAccountant or None): the RDP cap, built when needed
 
     def compose(self, event: ev.Event, count: int = 1) -> "PldAccountant":
         """Composes ``event`` ``count`` times; raises before any state change if unsupported."""
@@ -73,11 +75,6 @@ class PldAccountant:
             raise ValueError(f"event must be a metadp Event, got {type(event).__name__}")
         count = check_count("count", count, maximum=ev.MAX_COUNT)
         items = [(pairs, c * count) for pairs, c in event_pairs(event, self.relation) if c * count > 0]
-        if self._rdp is not None:
-            try:  # the RDP bound is a cap on the PLD one, not needed for it
-                self._rdp.compose(event, count)
-            except UnsupportedEventError:
-                self._rdp = None
         for pairs, c in items:  # the same mechanism again: one item with a larger count (one FFT power)
             same = [i for i, (known, _) in enumerate(self._items) if known is pairs]
             if same:
@@ -100,30 +97,49 @@ class PldAccountant:
         return self.get_epsilon(delta), math.nan
 
     def get_epsilon_bounds(self, delta: float) -> PldResult:
-        """Lower and upper bounds on the optimal epsilon at ``delta``."""
+        """Lower and upper bounds on the optimal epsilon at ``delta``.
+
+        The RDP bound, also an upper bound, is reported instead when it is smaller. It is at least the
+        true epsilon, so at least the PLD lower bound: it can only win when the PLD interval is wider
+        than the tolerance (or the PLD bound is infinite), and only then is it computed.
+        """
         delta = check_delta("delta", delta)
         if any(pairs is None for pairs, _ in self._items):
             return PldResult(math.inf, math.inf, delta, math.nan, self._steps(), 0, ("non-private release",))
         if not self._items:
             return PldResult(0.0, 0.0, delta, math.nan, 0, 0)
-        scale = self._rdp.get_epsilon(delta) if self._rdp is not None else math.inf
+        result = _bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
+        upper = result.epsilon_upper
+        if math.isfinite(upper) and upper - result.epsilon_lower <= self.tolerance * upper:
+            return result
+        scale = self._rdp_epsilon(delta)
         if scale == 0.0:
             return PldResult(0.0, 0.0, delta, math.nan, self._steps(), 0, ("RDP certifies epsilon 0",))
-        if _ROUNDING * self._steps() >= delta:  # no PLD bound exists: the RDP one (or inf) stands
-            why = ("; the RDP bound is reported" if math.isfinite(scale)
-                   else "; this event has no RDP bound to fall back on (use a larger delta)")
-            return PldResult(0.0, scale, delta, math.nan, self._steps(), 0,
-                             (_allowance_note(self._steps(), delta) + why,))
-        result = _bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
         if math.isinf(result.epsilon_upper) and math.isinf(scale):
-            note = ("no finite PLD bound at this delta: the truncated and floating-point mass charged to delta "
-                    "exceeds it, and this event has no RDP bound to fall back on (use a larger delta)")
+            note = ("no finite PLD bound at this delta: the truncated mass and round-off charged to delta "
+                    "exceed it, and this event has no RDP bound to fall back on (use a larger delta)")
             return dataclasses.replace(result, notes=result.notes + (note,))
         if result.epsilon_upper > scale:  # both are valid upper bounds: report the smaller, and say so
             note = (f"the PLD bound {result.epsilon_upper:.6g} is above the RDP bound {scale:.6g} "
-                    "(floating-point noise or truncation dominates at this delta): the RDP bound is reported")
+                    "(the notes above say what the PLD bound is charged): the RDP bound is reported")
             return dataclasses.replace(result, epsilon_upper=scale, notes=result.notes + (note,))
         return result
+
+    def _rdp_accountant(self):
+        """The RDP accountant of the ledger (None if an event has no RDP bound), built on first use."""
+        if self._rdp_cache is None or self._rdp_cache[0] != len(self._ledger):
+            rdp = RdpAccountant(self.relation)
+            try:
+                for entry in self._ledger:
+                    rdp.compose(entry.event, entry.count)
+            except UnsupportedEventError:
+                rdp = None
+            self._rdp_cache = (len(self._ledger), rdp)
+        return self._rdp_cache[1]
+
+    def _rdp_epsilon(self, delta: float) -> float:
+        rdp = self._rdp_accountant()
+        return rdp.get_epsilon(delta) if rdp is not None else math.inf
 
     def trajectory(self, steps, delta: float, step_event: ev.Event = None) -> np.ndarray:
         """Certified epsilon (upper bound) after each listed number of steps.
@@ -154,14 +170,19 @@ class PldAccountant:
         if any(pairs is None for pairs, _ in base_items + step_items):
             return np.full(len(counts), np.inf)
         n_of = [sum(c for _, c in base_items) + t * sum(c for _, c in step_items) for t in counts]
-        # counts whose rounding allowance alone exceeds delta have no PLD bound: the RDP one stands
-        certifiable = [i for i in range(len(counts)) if 0 < n_of[i] and _ROUNDING * n_of[i] < delta]
+        certifiable = [i for i in range(len(counts)) if 0 < n_of[i]]
         out = np.full(len(counts), np.inf)
-        if certifiable:
+        while certifiable:
             longest = max(certifiable, key=lambda i: n_of[i])
-            # the spacing that meets the tolerance at the longest count serves every count
+            # the spacing that meets the tolerance at the longest count serves every count; a count
+            # without a finite PLD bound keeps the RDP one, and the next longest sets the spacing
             final = base_items + [(pairs, c * counts[longest]) for pairs, c in step_items]
-            h = _bounds(final, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds).h
+            found = _bounds(final, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
+            if math.isfinite(found.epsilon_upper):
+                break
+            certifiable = [i for i in certifiable if n_of[i] < n_of[longest]]
+        if certifiable:
+            h = found.h
             tail = _DELTA_SHARE * delta / n_of[longest]
             directions = 2 if any(len(pairs) == 2 for pairs, _ in base_items + step_items) else 1
             found = np.zeros(len(certifiable))
@@ -177,36 +198,30 @@ class PldAccountant:
     def get_delta(self, epsilon: float) -> float:
         """Certified delta at ``epsilon`` (upper bound), read off the pessimistic lattice sum.
 
-        The truncations are sized from a reference delta (the RDP delta at ``epsilon``, itself an upper
-        bound, or 1e-6 without one); if the result is far below it, it becomes the reference and the
-        computation is repeated, so the charged truncation mass stays small next to the answer. Never
-        above the RDP delta where that exists.
+        The lattice is refined until the certified interval on delta(epsilon) (the pessimistic lattice
+        sum above, the lower bound's event below) is within the tolerance; the truncations are sized
+        from a reference delta (1e-6 at first; if the result is far below it, it becomes the reference
+        and the computation is repeated, so the charged truncation mass stays small next to the
+        answer). The RDP delta, also an upper bound, is reported instead where it is smaller; it can
+        only be when the interval is wider than the tolerance, and only then is it computed.
         """
         epsilon = check_real("epsilon", epsilon, low=0.0, allow_inf=True)
         if any(pairs is None for pairs, _ in self._items):
             return 1.0
         if not self._items or math.isinf(epsilon):
             return 0.0
-        cap = self._rdp.get_delta(epsilon) if self._rdp is not None else 1.0
-        if cap == 0.0:
-            return 0.0
-        reference = min(cap, 1e-6) if cap >= 1.0 else cap
-        n = sum(c for _, c in self._items)
-        floor = _ROUNDING * n  # every PLD delta includes this rounding allowance
-        if floor >= cap:
-            return float(min(cap, 1.0))
-        reference = max(reference, min(2.0 * floor, cap))  # the lattice is sized for a delta above it
-        directions = 2 if any(len(pairs) == 2 for pairs, _ in self._items) else 1
-        per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in self._items] for d in range(directions)]
-        delta = 1.0
+        reference, lower, delta = 1e-6, 0.0, 1.0
         for _ in range(4):
-            h = _bounds(self._items, reference, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds).h
-            tau = _DELTA_SHARE * reference
-            delta = max(_direction_delta(pairs, epsilon, h, tau, tau / n, self.max_memory) for pairs in per_direction)
+            lower, delta = _delta_bounds(self._items, epsilon, reference, self.tolerance, self.max_fft_size,
+                                         self.max_memory, self.max_seconds)
             if delta >= 0.01 * reference or delta <= 1e-300:
                 break
             reference = delta
-        return float(min(delta, cap, 1.0))
+        if delta - lower > self.tolerance * delta:
+            rdp = self._rdp_accountant()
+            if rdp is not None:
+                delta = min(delta, rdp.get_delta(epsilon))
+        return float(min(delta, 1.0))
 
     def _steps(self) -> int:
         return sum(c for _, c in self._items)

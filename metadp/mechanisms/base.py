@@ -27,6 +27,10 @@ __all__ = ["DominatingPair"]
 class DominatingPair(abc.ABC):
     """Two distributions (P, Q) on the real line and the privacy loss L = log dP/dQ between them."""
 
+    # ``cell_masses`` cells are exactly the loss intervals (e_{i-1}, e_i] (True here: computed from the
+    # loss CDF); a subclass that cuts the output space at computed inverses of the edges sets False
+    exact_loss_cells = True
+
     @abc.abstractmethod
     def loss_cdf(self, loss, under: str = "P") -> np.ndarray:
         """Pr[L <= loss] for X ~ P (``under="P"``) or X ~ Q (``under="Q"``), vectorised."""
@@ -68,20 +72,31 @@ class DominatingPair(abc.ABC):
                 b = mid
         return float(a), float(upper)
 
-    def cell_masses(self, edges, under: str = "P"):
+    def cell_masses(self, edges, under: str = "P", with_error: bool = False):
         """Masses of the loss cells (e_{i-1}, e_i] for increasing edges e_0 < ... < e_K.
 
         Returns:
             (cells, below, above): cells[i-1] = Pr[e_{i-1} < L <= e_i], below = Pr[L <= e_0],
             above = Pr[L > e_K]. Differences are taken on the CDF side below the median and on the
-            survival side above it, so tail cells keep their relative accuracy.
+            survival side above it, so tail cells keep their relative accuracy. With ``with_error``,
+            also absolute error bounds of the three, from ``_cdf_relative_error`` at both ends.
         """
         edges = np.asarray(edges, dtype=np.float64)
         cdf = self.loss_cdf(edges, under)
         sf = self.loss_sf(edges, under)
         use_cdf = cdf[1:] <= 0.5
-        cells = np.where(use_cdf, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
-        return np.maximum(cells, 0.0), float(cdf[0]), float(sf[-1])
+        cells = np.maximum(np.where(use_cdf, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:]), 0.0)
+        if not with_error:
+            return cells, float(cdf[0]), float(sf[-1])
+        rel = self._cdf_relative_error(edges)
+        err_cdf, err_sf = cdf * rel + 1e-300, sf * rel + 1e-300
+        errors = np.where(use_cdf, err_cdf[1:] + err_cdf[:-1], err_sf[:-1] + err_sf[1:]) + 2.0**-53 * cells
+        return cells, float(cdf[0]), float(sf[-1]), errors, float(err_cdf[0]), float(err_sf[-1])
+
+    def _cdf_relative_error(self, loss) -> np.ndarray:
+        """Relative error bound of ``loss_cdf`` / ``loss_sf`` as computed at ``loss`` (assumed 64 ulps;
+        subclasses whose closed forms lose more, e.g. to a large exponent, override it)."""
+        return np.full(np.shape(loss), 64.0 * 2.0**-53)
 
     def profile(self, epsilon) -> np.ndarray:
         """delta(eps) = Pr_P[L > eps] - e^eps Pr_Q[L > eps], the hockey-stick divergence E_{e^eps}(P||Q)."""

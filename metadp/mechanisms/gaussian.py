@@ -27,6 +27,69 @@ from metadp.mechanisms.base import DominatingPair
 __all__ = ["GaussianMixturePair", "gaussian_pair", "poisson_gaussian_pairs"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
+_U = 2.0**-53  # unit round-off of float64
+_TINY = 1e-300  # absolute error allowed on every CDF value: subnormal results carry no relative accuracy
+# Gauss-Legendre remainder, 8 points: (b-a)^17 (8!)^4 / (17 (16!)^3) f^(16)(xi) (Abramowitz & Stegun 25.4.30)
+_GL_REMAINDER = math.factorial(8) ** 4 / (17.0 * float(math.factorial(16)) ** 3)
+
+
+def _ndtr_error(t) -> np.ndarray:
+    """Relative error bound of ``scipy.special.ndtr(t)`` as computed from t = (x - s)/sigma.
+
+    ndtr's own relative error, measured against mpmath at 40 digits on [-38, 8] (tests/mechanisms/
+    test_gaussian_errors.py), stays below u (38 + 2 t^2) (u = 2^-53; the t^2 term is the rounding of
+    the exponent t^2/2 in the tail); we take u (128 + 8 t^2), and add the rounding of t itself (2u |t|
+    relative, amplified by d log Phi / dt <= |t| + 1)."""
+    t = np.abs(t)
+    return _U * (128.0 + 10.0 * t * t + 4.0 * t)
+
+
+def _mixture_value_error(x, weights, shifts, sigma, upper: bool) -> np.ndarray:
+    """Absolute error bound of sum_k w_k Phi(+-(x - s_k)/sigma) as computed: each term's ndtr error,
+    weighted by the term itself (a far component's large t only matters as much as its tiny mass), and
+    the rounding of the weighted sum. Infinite x gives exact 0 or 1."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.zeros(x.shape)
+    finite = np.isfinite(x)
+    for w, shift in zip(weights, shifts):
+        t = (x[finite] - shift) / sigma
+        term = w * special.ndtr(-t if upper else t)
+        out[finite] += term * (_ndtr_error(t) + 4.0 * _U * len(weights))
+    return out
+
+
+def _gl_masses(a, b, weights, shifts, sigma) -> np.ndarray:
+    """sum_k w_k Pr[a < N(s_k, sigma^2) <= b] by 8-point Gauss-Legendre (intervals of width <= sigma/8)."""
+    nodes = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * _GL_X[None, :]
+    density = np.zeros_like(nodes)
+    for w, shift in zip(weights, shifts):
+        density += w * np.exp(-0.5 * ((nodes - shift) / sigma) ** 2)
+    return 0.5 * (b - a) * (density @ _GL_W) / (sigma * math.sqrt(2.0 * math.pi))
+
+
+def _quadrature_error(a, b, weights, shifts, sigma) -> np.ndarray:
+    """Absolute error bound of the 8-point Gauss-Legendre cell masses on [a, b] (width w <= sigma/8),
+    component by component (each weighted by its own share of the cell's mass).
+
+    For one component with t the largest |x - s|/sigma on the cell: rounding of the nodes ((|a| + |b|)
+    u), of the exponent t^2/2 and of the sums, u (64 + 8 t^2 + 8 t (|a| + |b|)/sigma); the remainder
+    (b-a)^17 (8!)^4 / (17 (16!)^3) f^(16) (Abramowitz & Stegun 25.4.30) with |phi^(16)(t)| = |He_16(t)|
+    phi(t), |He_16(t)| = |E (t + iZ)^16| <= 2^7 (t^16 + E Z^16), E Z^16 = 15!! = 2027025, and phi varying
+    by at most e^{t w / sigma} on the cell: R (w/sigma)^16 2^7 (t^16 + 15!!) e^{t w/sigma} of the
+    component's mass there."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    w = (b - a) / sigma
+    nodes = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * _GL_X[None, :]
+    scale = 0.5 * (b - a) / (sigma * math.sqrt(2.0 * math.pi))
+    out = np.zeros(len(a))
+    for weight, shift in zip(weights, shifts):
+        mass = weight * scale * (np.exp(-0.5 * ((nodes - shift) / sigma) ** 2) @ _GL_W)
+        t = np.maximum(np.abs(a - shift), np.abs(b - shift)) / sigma
+        rounding = _U * (64.0 + 8.0 * t * t + 8.0 * t * (np.abs(a) + np.abs(b)) / sigma + 4.0 * len(weights))
+        with np.errstate(over="ignore", invalid="ignore"):
+            remainder = _GL_REMAINDER * w**16 * 128.0 * (t**16 + 2027025.0) * np.exp(t * w)
+        out += mass * (rounding + np.minimum(remainder, 1.0)) * (1.0 + 1e-6)
+    return out
 
 
 class GaussianMixturePair(DominatingPair):
@@ -38,6 +101,8 @@ class GaussianMixturePair(DominatingPair):
         sigma: noise multiplier (standard deviation in units of the sensitivity), > 0.
         direction: ``"add"`` (P is the mixture) or ``"remove"`` (Q is the mixture).
     """
+
+    exact_loss_cells = False  # cells are cut at the computed inverses of the loss edges
 
     def __init__(self, weights: Sequence[float], shifts: Sequence[float], sigma: float, direction: str = "add"):
         w = np.asarray(weights, dtype=np.float64)
@@ -161,9 +226,15 @@ class GaussianMixturePair(DominatingPair):
             # remove: L = -L_add(X) <= l  <=>  L_add(X) >= -l  <=>  X >= x(-l)
             return dist(self._inverse_add(-loss), upper=not upper)
 
-    def cell_masses(self, edges, under: str = "P"):
-        """As ``DominatingPair.cell_masses``; cells narrower than sigma/8 in x are integrated by
-        8-point Gauss-Legendre (relative accuracy ~1e-15, where CDF differences would cancel)."""
+    def cell_masses(self, edges, under: str = "P", with_error: bool = False):
+        """As ``DominatingPair.cell_masses``; where CDF differences would cancel, cells are integrated
+        by 8-point Gauss-Legendre on pieces at most sigma/8 wide (relative accuracy ~1e-15).
+
+        The cells are those of x between the computed inverses of the edges (floats, so exact cells of
+        the real line; only their loss ranges carry the inverse's round-off). With ``with_error``, also
+        returns absolute error bounds of (cells, below, above): CDF differences from the accuracy of
+        ``ndtr`` (``_cdf_error``) at both ends, quadrature cells from its rounding and the Gauss-Legendre
+        remainder (``_quadrature_error``)."""
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
         mixture = (under == "P") == (self.direction == "add")
@@ -176,24 +247,39 @@ class GaussianMixturePair(DominatingPair):
         cells = np.maximum(np.where(use_cdf, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:]), 0.0)
         below, above = float(cdf[0]), float(sf[-1])
         lo, hi = (x[:-1], x[1:]) if self.direction == "add" else (x[1:], x[:-1])
-        # Differences of tail functions lose log10(tail / cell) digits: integrate only where that
-        # exceeds 4 (the bulk, where cells are tiny next to the CDF values around them).
+        # Differences of tail functions lose log10(tail / cell) digits: integrate where that exceeds
+        # 1.2 (the bulk, where cells are tiny next to the CDF values around them, and the far tails).
         with np.errstate(divide="ignore", invalid="ignore"):
             side = np.minimum(cdf[1:], sf[:-1])
-            cancelling = side > 1e4 * cells
-        narrow = np.nonzero(cancelling & np.isfinite(lo) & np.isfinite(hi) & (hi - lo <= self.sigma / 8.0))[0]
-        for start in range(0, len(narrow), 1 << 16):  # bounded temporaries
-            idx = narrow[start:start + (1 << 16)]
-            a, b = lo[idx], hi[idx]
-            nodes = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * _GL_X[None, :]
-            if mixture:
-                density = np.zeros_like(nodes)
-                for w, shift in zip(self.weights, self.shifts):
-                    density += w * np.exp(-0.5 * ((nodes - shift) / self.sigma) ** 2)
-            else:
-                density = np.exp(-0.5 * (nodes / self.sigma) ** 2)
-            cells[idx] = 0.5 * (b - a) * (density @ _GL_W) / (self.sigma * math.sqrt(2.0 * math.pi))
-        return cells, below, above
+            cancelling = side > 16.0 * cells
+        # cells wider than sigma/8 are cut into that many pieces (composite rule), up to 64
+        with np.errstate(invalid="ignore", over="ignore"):  # edges at or below the loss floor invert to -inf
+            pieces = np.ceil((hi - lo) / (self.sigma / 8.0))
+            quad = np.nonzero(cancelling & np.isfinite(lo) & np.isfinite(hi) & (pieces <= 64))[0]
+        shifts = self.shifts if mixture else np.zeros(1)
+        weights = self.weights if mixture else np.ones(1)
+        count = np.maximum(pieces[quad], 1).astype(np.int64)
+        owner = np.repeat(np.arange(len(quad)), count)
+        part = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
+        width = (hi[quad] - lo[quad]) / count
+        a = lo[quad][owner] + width[owner] * part
+        b = np.where(part == count[owner] - 1, hi[quad][owner], a + width[owner])
+        masses = np.zeros(len(a))
+        for start in range(0, len(a), 1 << 16):  # bounded temporaries
+            sl = slice(start, start + (1 << 16))
+            masses[sl] = _gl_masses(a[sl], b[sl], weights, shifts, self.sigma)
+        cells[quad] = np.bincount(owner, masses, len(quad))
+        if not with_error:
+            return cells, below, above
+        # error of the CDF values at the edges, then of their differences (on the side used)
+        err_low = _mixture_value_error(x, weights, shifts, self.sigma, upper=False) + _TINY
+        err_high = _mixture_value_error(x, weights, shifts, self.sigma, upper=True) + _TINY
+        err_cdf, err_sf = (err_low, err_high) if self.direction == "add" else (err_high, err_low)
+        errors = np.where(use_cdf, err_cdf[1:] + err_cdf[:-1], err_sf[:-1] + err_sf[1:]) + _U * cells
+        if len(quad):
+            piece_errors = _quadrature_error(a, b, weights, shifts, self.sigma)
+            errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad]
+        return cells, below, above, errors, float(err_cdf[0]), float(err_sf[-1])
 
     def profile(self, epsilon) -> np.ndarray:
         """delta(eps) without the cancellation of sf_P - e^eps sf_Q: with x0 the loss threshold,

@@ -104,6 +104,11 @@ class LaplacePair(DominatingPair):
         out = np.where(loss < -e0, below, np.where(loss >= e0, 1.0 - below, middle))
         return out
 
+    def _cdf_relative_error(self, loss) -> np.ndarray:
+        """exp(+-0.5 (l -+ eps0)) and 1 - it: the exponent's rounding, u (|l| + eps0), plus a few ulps."""
+        loss = np.clip(np.asarray(loss, dtype=np.float64), -self.epsilon0, self.epsilon0)
+        return 2.0**-53 * (16.0 + np.abs(loss) + self.epsilon0)
+
     def profile(self, epsilon) -> np.ndarray:
         """delta(eps) in closed form (module docstring); exact to rounding, no cancellation."""
         eps = np.asarray(epsilon, dtype=np.float64)

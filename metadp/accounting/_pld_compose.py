@@ -1,0 +1,454 @@
+"""Composition of lattice sums by exponentially tilted FFT powers, with a proven round-off bound.
+
+The n-fold sum S of a lattice loss is read at tiny delta from its upper tail, where its masses are
+far below the largest one: an FFT's absolute round-off (about 1e-16 of the largest mass, amplified by
+the power) would swamp them. So the power is taken of the tilted pmf x_j = p_j e^{theta j - k},
+k = log sum_j p_j e^{theta j} (j the lattice index), whose n-fold sum is the tilted law of S:
+x^{*n}(s) = p^{*n}(s) e^{theta s - n k} exactly (Esscher 1932; the saddle-point idea of Daniels 1954).
+With theta chosen where the (eps, delta) conversion of the Chernoff bound is tightest, the tilted law
+is centred near the epsilon sought, and its round-off is small relative to the masses that decide
+delta there. Untilting multiplies bin s by e^{n k - theta s}.
+
+Error terms (all bounds, all charged on the pessimistic side of each bound):
+
+* Masses: each stored mass is within relative eta of an exact pair's (``Lattice.rel_error``) and the
+  tilt adds a few ulps; all masses are >= 0, so the exact n-fold sum is within a factor
+  (1 +- eta')^n of the one of the stored masses, bin by bin: ``log_factor``.
+* FFT: ||fl(FFT x) - FFT x||_2 <= gamma ||FFT x||_2, gamma = m eta / (1 - m eta), m = log2(size),
+  eta = mu + gamma_4 (sqrt 2 + mu) for twiddles accurate to mu (Higham 2002, "Accuracy and Stability of
+  Numerical Algorithms", Thm 24.2; radix 2). We take eta = 10 u for pocketfft's radix-4 and real-input
+  passes on power-of-two sizes (measured: below 1 u log2(size); tests/accounting/test_pld_compose.py).
+* Power: |a^c - b^c| <= c |a - b| max(|a|, |b|)^(c-1) per frequency, plus the polar evaluation's
+  rounding (c ulps of log|a| and arg a); products of several spectra add their errors likewise.
+* Inverse FFT: Parseval turns the spectrum's error into an l2 bound E2 on the computed bins, and
+  Cauchy-Schwarz turns that into a bound on delta: |sum_s e_s g(s)| <= E2 ||g||_2 for the untilted
+  weights g(s) = e^{n k - theta s} (1 - e^{x - s h})_+.
+* Circular wrap: the FFT adds the tilted mass outside the window to the bins inside (>= 0: harmless to
+  the upper bound); the lower bound subtracts its Chernoff bound ``alias``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence, Tuple
+
+import numpy as np
+from scipy import fft as sfft
+from scipy import special
+
+__all__ = []
+
+_U = 2.0**-53
+
+
+def log_inverse(rel: float) -> float:
+    """-log(1 - rel): a relative error's factor on a composed mass, in log (inf from rel >= 1)."""
+    return -math.log1p(-rel) if rel < 1.0 else math.inf
+
+
+def fft_gamma(size: int) -> float:
+    """gamma with ||fl(rfft(x)) - rfft(x)||_2 <= gamma ||rfft(x)||_2 (module docstring), size a power of 2."""
+    levels = max(1, math.ceil(math.log2(size)))
+    eta = 10.0 * _U
+    return levels * eta / (1.0 - levels * eta)
+
+
+def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
+    """log sum_j pmf_j e^{theta (start + j)} for each theta (index units), for the positive masses."""
+    thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
+    keep = np.nonzero(pmf > 0)[0]
+    log_p, idx = np.log(pmf[keep]), (keep + start).astype(np.float64)
+    out = np.empty(len(thetas))
+    for i in range(0, len(thetas), 16):  # bounded temporaries
+        block = thetas[i:i + 16]
+        exponent = log_p[None, :] + block[:, None] * idx[None, :]
+        top = exponent.max(axis=1)
+        np.exp(exponent - top[:, None], out=exponent)
+        out[i:i + 16] = top + np.log(exponent.sum(axis=1))
+    return out
+
+
+def log_hockey_constant(lam):
+    """log max_{t >= 0} (1 - e^{-t}) e^{-lam t} = lam log lam - (lam + 1) log(lam + 1): the constant with
+    (1 - e^{x - s})_+ <= c(lam) e^{lam (s - x)}, which turns a Chernoff bound into one on delta."""
+    lam = np.asarray(lam, dtype=np.float64)
+    return special.xlogy(lam, lam) - (lam + 1.0) * np.log1p(lam)
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One lattice pmf (index ``start`` at position 0), composed ``count`` times, masses within
+    relative ``rel_error`` of an exact pair's."""
+
+    pmf: np.ndarray
+    start: int
+    count: int
+    rel_error: float
+
+
+def x_at(first: int, pmf: np.ndarray, h: float, delta: float, floor: float) -> float:
+    """Smallest x >= ``floor`` with sum_s pmf_s (1 - e^{x - s h})_+ <= delta, pmf on indices first + i."""
+    if delta <= 0:
+        return math.inf
+    s = (first + np.arange(len(pmf))) * h
+    keep = (pmf > 0) & (s > floor)
+    s, p = s[keep], pmf[keep]
+    if len(p) == 0:
+        return floor
+    # On [s_{j-1}, s_j) the profile is A_j - e^x B_j, A_j = sum_{k>=j} p_k, B_j = sum_{k>=j} p_k e^{-s_k}.
+    a = np.cumsum(p[::-1])[::-1]
+    with np.errstate(divide="ignore"):  # sums that underflow to 0 have log -inf: no term
+        if s[-1] - s[0] < 600.0:  # scaled sums do not underflow: plain cumulative sums
+            log_b = np.log(np.cumsum((p * np.exp(s[0] - s))[::-1])[::-1]) - s[0]
+        else:
+            log_b = np.logaddexp.accumulate((np.log(p) - s)[::-1])[::-1]
+    a_next, log_b_next = np.append(a[1:], 0.0), np.append(log_b[1:], -np.inf)
+    with np.errstate(over="ignore"):
+        at_points = a_next - np.exp(s + log_b_next)  # the profile at s_j
+    hits = at_points <= delta
+    j = int(np.argmax(hits)) if np.any(hits) else len(s) - 1
+    low = floor if j == 0 else float(s[j - 1])
+    if a[j] <= delta:
+        return low
+    x = math.log(a[j] - delta) - float(log_b[j])
+    return float(min(max(x, low), s[j]))
+
+
+def profile(first: int, pmf: np.ndarray, h: float, x: float) -> float:
+    """sum_s pmf_s (1 - e^{x - s h})_+ for pmf on indices first + i."""
+    s = (first + np.arange(len(pmf))) * h
+    keep = (s > x) & (pmf > 0)
+    return float(np.dot(pmf[keep], -np.expm1(x - s[keep])))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tilted:
+    """The tilted, normalised pmfs of the items at theta (see ``tilt``) and the moments of their sum."""
+
+    items: tuple
+    arrays: tuple
+    theta: float
+    log_scale: float  # sum_i c_i k_i
+    log_factor: float  # sum_i c_i (-log(1 - rel_i)): the masses' relative error, composed
+    mean: float  # of the tilted sum, in index units
+    sd: float
+
+
+def tilt(items: Sequence[Item], theta: float) -> Tilted:
+    """x_i = p_i e^{theta j - k_i}, normalised, with the relative error of each against the exact tilt
+    of the stored masses (log, exp, the products) added to the item's own."""
+    arrays, log_scale, log_factor, mean, var = [], 0.0, 0.0, 0.0, 0.0
+    for item in items:
+        keep = item.pmf > 0
+        idx = np.arange(len(item.pmf), dtype=np.float64) + item.start
+        exponent = np.where(keep, np.log(np.where(keep, item.pmf, 1.0)) + theta * idx, -np.inf)
+        k = float(cgf(item.pmf, item.start, [theta])[0])
+        x = np.exp(exponent - k)
+        spread = float(np.max(np.abs(theta * idx) + np.abs(np.where(keep, exponent - k, 0.0)), initial=0.0))
+        rel = item.rel_error + _U * (8.0 + 2.0 * spread)
+        m1 = float(np.dot(x, idx)) / float(x.sum())
+        m2 = float(np.dot(x, (idx - m1) ** 2)) / float(x.sum())
+        arrays.append((x, rel))
+        log_scale += item.count * k
+        log_factor += item.count * log_inverse(rel)
+        mean += item.count * m1
+        var += item.count * m2
+    return Tilted(tuple(items), tuple(arrays), theta, log_scale, log_factor, mean, math.sqrt(max(var, 1.0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TiltedSum:
+    """The composed sum on the window of indices [first, first + size): ``values`` are the computed
+    tilted masses. Bin s of the exact sum of the exact pair is at most e^{log_factor} (at least
+    e^{-log_factor}) times (values_s + e_s) e^{log_scale - theta s}, with ||e||_2 <= ``error`` and, for
+    the lower bound, values_s also carrying wrapped tilted mass, at most ``alias`` in all."""
+
+    first: int
+    values: np.ndarray
+    theta: float
+    log_scale: float
+    h: float
+    error: float
+    log_factor: float
+    alias: float
+    support_low: int = None  # the sum's smallest index: a window starting there misses nothing below
+
+    def _scale(self, lo: int = 0):
+        s = self.first + lo + np.arange(len(self.values) - lo)
+        return s, np.exp(np.minimum(self.log_scale - self.theta * s, 700.0))
+
+    def untilted(self) -> np.ndarray:
+        _, scale = self._scale()
+        return np.maximum(self.values, 0.0) * scale
+
+    def error_norm(self, x: float) -> float:
+        """||g||_2 for g(s) = e^{log_scale - theta s} (1 - e^{x - s h})_+ over the window."""
+        lo = max(0, math.floor(x / self.h) - self.first)
+        if lo >= len(self.values):
+            return 0.0
+        s, scale = self._scale(lo)
+        g = scale * np.maximum(-np.expm1(x - s * self.h), 0.0)
+        top = float(np.max(g, initial=0.0))
+        return top * math.sqrt(float(np.dot(g / top, g / top))) if 0.0 < top < math.inf else top
+
+    def alias_weight(self, x: float) -> float:
+        """max over window bins s > x of e^{log_scale - theta s}: what a unit of wrapped mass adds."""
+        s = max(self.first, math.floor(x / self.h) + 1)
+        return math.exp(min(self.log_scale - self.theta * s, 700.0))
+
+    def upper_profile(self, x: float) -> float:
+        """An upper bound on sum over the window of exact bins s: m_s (1 - e^{x - s h})_+."""
+        body = profile(self.first, self.untilted(), self.h, x)
+        underflow = len(self.values) * 1e-300
+        return math.exp(self.log_factor) * (body + self.error * self.error_norm(x) + underflow)
+
+    def x_upper(self, budget: float, floor: float) -> float:
+        """Smallest x >= floor found whose ``upper_profile`` is <= budget (inf if none)."""
+        target = budget * math.exp(-self.log_factor) - len(self.values) * 1e-300
+        if target <= 0:
+            return math.inf
+        pmf = self.untilted()
+        first = x_at(self.first, pmf, self.h, target, floor)
+        room = target - self.error * self.error_norm(first)  # the error term only shrinks as x grows
+        return x_at(self.first, pmf, self.h, room, floor) if room > 0 else math.inf
+
+    def weights(self) -> np.ndarray:
+        """e^{log_scale - theta s} over the window: a bin's untilting factor."""
+        return self._scale()[1]
+
+
+def _crossing(ell: np.ndarray, a: np.ndarray, b: np.ndarray, target: float, x0: float = 0.0) -> float:
+    """Smallest x with sum_{ell_s > x} (a_s - e^{x - x0} b_s) <= target, for ell sorted increasing and
+    b_s = a_s e^{x0 - ell_s} (b scaled by e^{x0}, so that huge losses do not overflow)."""
+    big_a = np.cumsum(a[::-1])[::-1]
+    big_b = np.cumsum(b[::-1])[::-1]
+    a_next, b_next = np.append(big_a[1:], 0.0), np.append(big_b[1:], 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        at_points = a_next - np.exp(np.minimum(ell - x0, 700.0)) * b_next  # the sum at x = ell_j
+    hits = at_points <= target
+    if not np.any(hits):
+        return math.inf
+    j = int(np.argmax(hits))
+    if big_a[j] <= target:
+        return float(ell[j - 1]) if j > 0 else -math.inf
+    return float(min(x0 + math.log((big_a[j] - target) / big_b[j]), ell[j]))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Event:
+    """The bins usable in the lower bound's event, sorted by their loss ratio ell = log(P_s / Q_s):
+    lower bounds a_s on P_s, upper bounds b_s = e^{x0} Q_s (scaled), and the log untilting weights."""
+
+    ell: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    log_wp: np.ndarray
+    log_wq: np.ndarray
+    x0: float
+
+    def crossing(self, target: float) -> float:
+        return _crossing(self.ell, self.a, self.b, target, self.x0)
+
+    def value(self, x: float) -> float:
+        """sum over ell_s > x of a_s - e^{x - x0} b_s: P(E_x) - e^x Q(E_x) before the round-off."""
+        inside = self.ell > x
+        return float(np.sum(self.a[inside]) - math.exp(min(x - self.x0, 700.0)) * np.sum(self.b[inside]))
+
+
+def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: float = None):
+    """The usable bins (``_Event``) of the lower bound's P- and Q-sums, or None. Q-masses are handled in
+    logs, scaled by e^{x0} (x0 near the answer), since e^{-x} Q underflows at large epsilon. A may be
+    any set: bins whose untilting factor makes their round-off alone a noticeable part of the budget
+    are left out (far below the answer, where the tilted masses are tiny), and those whose Q round-off,
+    times e^x at ``near`` (found here when None), is."""
+    s = p_sum.first + np.arange(len(p_sum.values), dtype=np.float64)
+    log_wp = p_sum.log_scale - p_sum.theta * s
+    log_wq = q_sum.log_scale - q_sum.theta * s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_a = np.log(p_sum.values) + log_wp - p_sum.log_factor
+        log_b = np.logaddexp(np.log(np.maximum(q_sum.values, 0.0)) + q_sum.log_factor, -690.0) + log_wq
+    log_cut = math.log(1e-3 * budget)
+    keep = np.isfinite(log_a) & (math.log(p_sum.error + 1e-300) + log_wp <= log_cut)
+    for rounds in range(2):  # the second time with the answer's estimate for the Q cut
+        if not np.any(keep):
+            return None
+        ell = log_a[keep] - log_b[keep]
+        order = np.argsort(ell, kind="stable")
+        ell = ell[order]
+        a = np.exp(log_a[keep][order])
+        b = np.exp(np.minimum(log_a[keep][order] + x0 - ell, 700.0))
+        if rounds == 0:
+            if near is None:
+                near = _crossing(ell, a, b, budget, x0)
+            if not math.isfinite(near):
+                return None
+            keep &= math.log(q_sum.error + 1e-300) + log_wq + near + q_sum.log_factor <= log_cut
+    return _Event(ell, a, b, log_wp[keep][order], log_wq[keep][order], x0)
+
+
+def _event_error(p_sum, q_sum, event, x_low, x_high) -> float:
+    """The round-off of P(E_x) - e^x Q(E_x) for every x in [x_low, x_high] (A_x within A_{x_low}):
+    Cauchy-Schwarz on the bins inside, plus the wrapped tilted mass at the largest weight there."""
+    inside = event.ell > x_low
+    if not np.any(inside):
+        return 0.0
+
+    def norm(log_w):  # ||e^{log_w}||_2 over the bins inside, in log
+        top = float(np.max(log_w[inside]))
+        return top + 0.5 * math.log(float(np.sum(np.exp(2.0 * (log_w[inside] - top)))))
+
+    term_p = p_sum.error * math.exp(min(norm(event.log_wp), 700.0)) + \
+        p_sum.alias * math.exp(min(float(np.max(event.log_wp[inside])), 700.0))
+    term_q = math.exp(min(x_high + q_sum.log_factor + math.log(q_sum.error + 1e-300) + norm(event.log_wq), 700.0))
+    return math.exp(-p_sum.log_factor) * term_p + term_q
+
+
+def certified_lower(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float) -> float:
+    """Largest x found at which P(E) - e^x Q(E) >= budget is certified for E = {label sum in A_x},
+    A_x = {s : P_s > e^x Q_s}: then delta(x) >= budget, so epsilon(budget) >= x (-inf if none).
+
+    P_s is bounded below by e^{-log_factor} (values - e - wrapped) e^{log_scale - theta s} and Q_s above
+    by e^{log_factor} (values + e) e^{...}; the l2 round-off terms enter through Cauchy-Schwarz on A_x."""
+    event = _event(p_sum, q_sum, budget, x0)
+    if event is None:
+        return -math.inf
+    top = event.crossing(budget)
+    if not math.isfinite(top):
+        return -math.inf
+    for factor in (1.01, 1.1, 2.0, 10.0):
+        probe = event.crossing(factor * budget)
+        slack = _event_error(p_sum, q_sum, event, probe, top)
+        if slack <= (factor - 1.0) * budget:
+            return event.crossing(budget + slack)  # in [probe, top], where A_x lies within A_probe
+    return -math.inf
+
+
+def certified_lower_delta(p_sum: TiltedSum, q_sum: TiltedSum, x: float, reference: float) -> float:
+    """A certified lower bound on delta(x): P(E_x) - e^x Q(E_x) less its round-off (0 if negative)."""
+    event = _event(p_sum, q_sum, reference, x, near=x)
+    if event is None:
+        return 0.0
+    return max(0.0, event.value(x) - _event_error(p_sum, q_sum, event, x, x))
+
+
+def _fold(pmf: np.ndarray, size: int) -> Tuple[np.ndarray, int]:
+    """pmf wrapped onto ``size`` points (circular), and the most terms summed into one point."""
+    if len(pmf) <= size:
+        return pmf, 1
+    terms = -(-len(pmf) // size)
+    padded = np.zeros(terms * size)
+    padded[: len(pmf)] = pmf
+    return padded.reshape(terms, size).sum(axis=0), terms
+
+
+def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, np.ndarray]:
+    """spectrum ** count in polar form, and per frequency a bound on its distance from the exact power of
+    the exact spectrum, given |computed - exact| <= ``bound`` at every frequency (module docstring)."""
+    if count == 1:
+        return spectrum, np.full(len(spectrum), bound)
+    modulus = np.abs(spectrum)
+    with np.errstate(divide="ignore"):
+        log_modulus = np.log(modulus)
+    angle = np.angle(spectrum)
+    scaled = count * log_modulus
+    keep = scaled > -740.0
+    out = np.zeros_like(spectrum)
+    turn = count * angle[keep]
+    out[keep] = np.exp(scaled[keep]) * (np.cos(turn) + 1j * np.sin(turn))
+    with np.errstate(invalid="ignore"):
+        rounding = (2.0 * count * _U * (np.abs(log_modulus) + np.abs(angle) + 2.0)
+                    + _U * (np.abs(scaled) + np.abs(count * angle)) + 8.0 * _U)
+    rounding = np.where(keep, np.expm1(np.minimum(rounding * 1.01, 700.0)), 0.0)
+    with np.errstate(divide="ignore", over="ignore"):
+        reach = np.exp(np.minimum((count - 1) * np.log(modulus + bound), 700.0))
+    lost = np.where(keep, 0.0, np.exp(np.minimum(scaled, 0.0)))  # powers below e^-740, set to 0
+    return out, (count * bound * reach + np.abs(out) * rounding + lost) * (1.0 + 1e-9)
+
+
+def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0) -> TiltedSum:
+    """The tilted sum on the window [first, first + size) by FFT powers of length ``size`` (a power of 2)."""
+    gamma = fft_gamma(size)
+    spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
+    error = np.zeros(size // 2 + 1)
+    log_factor, offset = tilted.log_factor, 0
+    for item, (x, _) in zip(tilted.items, tilted.arrays):
+        folded, terms = _fold(x, size)
+        log_factor += item.count * log_inverse(terms * _U)  # the folding's sums
+        offset += item.count * item.start
+        y = sfft.rfft(folded, size)
+        bound = gamma * math.sqrt(size) * float(np.linalg.norm(folded))  # |error| at any one frequency
+        power, power_err = _power(y, item.count, bound)
+        # |a b - A B| <= |a - A| (|b| + eb) + |b - B| |A|, for the running product A and this factor B
+        error = error * (np.abs(power) + power_err) + power_err * np.abs(spectrum)
+        spectrum = spectrum * power
+        error += 4.0 * _U * np.abs(spectrum)
+    values = np.roll(sfft.irfft(spectrum, size), -((first - offset) % size))
+    weight = np.full(size // 2 + 1, 2.0)
+    weight[0] = 1.0
+    weight[-1] = 1.0
+
+    def full(v):  # the full spectrum's l2 norm from the half one
+        return math.sqrt(float(np.dot(weight, v * v)))
+
+    e2 = (full(error) + gamma * full(np.abs(spectrum))) / math.sqrt(size) * (1.0 + 1e-9)
+    return TiltedSum(first, values, tilted.theta, tilted.log_scale, h, e2, log_factor, alias, offset)
+
+
+def log_tail(items: Sequence[Item], thetas, t: float) -> float:
+    """log of a bound on the exact mass of the untilted sum at indices > t (thetas > 0) or < t (thetas <
+    0): Chernoff, sum_i c_i K_i(theta) - theta t, the best over ``thetas``, with K_i raised for the
+    masses' relative error."""
+    thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
+    total = -thetas * t
+    for item in items:
+        total = total + item.count * (cgf(item.pmf, item.start, thetas) + log_inverse(item.rel_error))
+    return float(np.min(total))
+
+
+def _mean_index(items: Sequence[Item], thetas) -> np.ndarray:
+    """The tilted sum's mean (index units) at each theta, by central differences of the CGFs."""
+    thetas = np.asarray(thetas, dtype=np.float64)
+    step = 1e-4 * np.maximum(np.abs(thetas), 1e-9)
+    both = np.concatenate([thetas - step, thetas + step])
+    total = sum(item.count * cgf(item.pmf, item.start, both) for item in items)
+    return (total[len(thetas):] - total[: len(thetas)]) / (2.0 * step)
+
+
+def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: float = None,
+                 start: float = None) -> Tuple[float, float]:
+    """The tilt theta (index units) under which the sum's mean is the epsilon sought (or ``x``, index
+    units), and that epsilon's Chernoff estimate: x(theta) = (K(theta) + log c(theta/h) - log delta) /
+    theta minimised (an upper bound for the lattice sum). Any theta gives valid bounds; this one centres
+    the tilted sum where delta is read off (a saddle point)."""
+    def chernoff(lams):
+        thetas = lams * h
+        total = log_hockey_constant(lams)
+        for item in items:
+            total = total + item.count * cgf(item.pmf, item.start, thetas)
+        return (total - log_delta) / thetas
+
+    if x is None:
+        lams = np.geomspace(1e-3, 1e5, 17)
+        for _ in range(3):
+            values = chernoff(lams)
+            best = int(np.nanargmin(values))
+            lams = np.geomspace(lams[max(best - 1, 0)], lams[min(best + 1, len(lams) - 1)], 9)
+        values = chernoff(lams)
+        best = int(np.nanargmin(values))
+        x, lam = float(values[best]), float(lams[best])
+    else:
+        lam = 1.0 if start is None else start / h
+    # the mean increases with theta: bracket x, then bisect on theta (it may be <= 0)
+    step = max(abs(lam), 1e-3) * h
+    lo, hi = lam * h, lam * h
+    while float(_mean_index(items, [lo])[0]) > x and step < 1e8 * h:
+        hi, lo, step = lo, lo - step, 4.0 * step
+    while float(_mean_index(items, [hi])[0]) < x and step < 1e8 * h:
+        lo, hi, step = hi, hi + step, 4.0 * step
+    grid = np.linspace(lo, hi, 9)
+    for _ in range(3):
+        means = _mean_index(items, grid)
+        k = int(np.clip(np.searchsorted(means, x), 1, len(grid) - 1))
+        grid = np.linspace(grid[k - 1], grid[k], 9)
+    return float(0.5 * (grid[0] + grid[-1])), x
