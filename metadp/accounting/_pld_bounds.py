@@ -172,10 +172,11 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     if theta is None:
         tilted = _comp.tilt(items, 0.0)
         window = _window(items, tilted, level, max_memory)
-        if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+        # delta at x: the answer's size is unknown, so the sum is always centred on x
+        if x is not None or not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
             theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(delta),
                                        x=None if x is None else x / h)[0]
-            tilted = _comp.tilt(items, max(theta, 0.0))
+            tilted = _comp.tilt(items, theta)
             window = _window(items, tilted, level, max_memory)
     else:
         tilted = _comp.tilt(items, theta)
@@ -209,6 +210,7 @@ def _direction_bounds(pairs, delta, h, tau, tail, max_memory):
         theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=theta + h)
         q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size_low, h)
         eps_lower = _comp.certified_lower(p_sum, q_sum, delta, eps_upper)
+        eps_lower -= 1e-14 * abs(eps_lower)  # the crossing's own rounding, downward
         size = max(size, size_low)
     return max(0.0, eps_lower), max(0.0, eps_upper), size, terms
 
@@ -263,7 +265,9 @@ def _read_upper(total, budget):
     """The upper epsilon of a composed upper sum at ``budget`` (inf if the window starts above it)."""
     floor = total.first * total.h
     eps = total.x_upper(budget, floor)
-    return eps if eps > floor or total.first <= total.support_low else math.inf
+    if eps <= floor and total.first > total.support_low:
+        return math.inf
+    return eps + 1e-14 * abs(eps)  # the crossing's own rounding, upward
 
 
 def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):

@@ -145,8 +145,11 @@ def tilt(items: Sequence[Item], theta: float) -> Tilted:
         exponent = np.where(keep, np.log(np.where(keep, item.pmf, 1.0)) + theta * idx, -np.inf)
         k = float(cgf(item.pmf, item.start, [theta])[0])
         x = np.exp(exponent - k)
-        spread = float(np.max(np.abs(theta * idx) + np.abs(np.where(keep, exponent - k, 0.0)), initial=0.0))
-        rel = item.rel_error + _U * (8.0 + 2.0 * spread)
+        # log p (u |log p|), theta j (u |theta j|), their sum (u |exponent|), less k (u |exponent - k|), exp
+        log_p = np.abs(np.where(keep, exponent - theta * idx, 0.0))
+        spread = float(np.max(2.0 * log_p + 2.0 * np.abs(theta * idx) + np.abs(np.where(keep, exponent - k, 0.0)),
+                              initial=0.0))
+        rel = item.rel_error + _U * (4.0 + 1.01 * spread)
         m1 = float(np.dot(x, idx)) / float(x.sum())
         m2 = float(np.dot(x, (idx - m1) ** 2)) / float(x.sum())
         arrays.append((x, rel))
@@ -392,6 +395,11 @@ def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0)
         return math.sqrt(float(np.dot(weight, v * v)))
 
     e2 = (full(error) + gamma * full(np.abs(spectrum))) / math.sqrt(size) * (1.0 + 1e-9)
+    # untilting e^{log_scale - theta s} is computed with an exponent good to u (|log_scale| + |theta s|)
+    # each (the sum log_scale of the counts' k, the product theta s, the difference), and summing a
+    # window of masses adds at most size ulps: both relative, folded into the factor
+    reach = abs(tilted.theta) * max(abs(first), abs(first + size))
+    log_factor += 4.0 * _U * (abs(tilted.log_scale) + reach + 2.0) + 2.0 * size * _U
     return TiltedSum(first, values, tilted.theta, tilted.log_scale, h, e2, log_factor, alias, offset)
 
 
@@ -404,15 +412,6 @@ def log_tail(items: Sequence[Item], thetas, t: float) -> float:
     for item in items:
         total = total + item.count * (cgf(item.pmf, item.start, thetas) + log_inverse(item.rel_error))
     return float(np.min(total))
-
-
-def _mean_index(items: Sequence[Item], thetas) -> np.ndarray:
-    """The tilted sum's mean (index units) at each theta, by central differences of the CGFs."""
-    thetas = np.asarray(thetas, dtype=np.float64)
-    step = 1e-4 * np.maximum(np.abs(thetas), 1e-9)
-    both = np.concatenate([thetas - step, thetas + step])
-    total = sum(item.count * cgf(item.pmf, item.start, both) for item in items)
-    return (total[len(thetas):] - total[: len(thetas)]) / (2.0 * step)
 
 
 def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: float = None,
@@ -439,16 +438,26 @@ def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: fl
         x, lam = float(values[best]), float(lams[best])
     else:
         lam = 1.0 if start is None else start / h
-    # the mean increases with theta: bracket x, then bisect on theta (it may be <= 0)
-    step = max(abs(lam), 1e-3) * h
-    lo, hi = lam * h, lam * h
-    while float(_mean_index(items, [lo])[0]) > x and step < 1e8 * h:
-        hi, lo, step = lo, lo - step, 4.0 * step
-    while float(_mean_index(items, [hi])[0]) < x and step < 1e8 * h:
-        lo, hi, step = hi, hi + step, 4.0 * step
-    grid = np.linspace(lo, hi, 9)
-    for _ in range(3):
-        means = _mean_index(items, grid)
-        k = int(np.clip(np.searchsorted(means, x), 1, len(grid) - 1))
-        grid = np.linspace(grid[k - 1], grid[k], 9)
-    return float(0.5 * (grid[0] + grid[-1])), x
+    # the mean increases with theta (its derivative is the variance): safeguarded Newton from lam h (a
+    # step that leaves the bracket bisects instead), each step one tilt. Any theta is valid; this only
+    # has to land near the target, within a tenth of a standard deviation of the tilted sum.
+    theta = lam * h
+    lo, hi = -math.inf, math.inf
+    for _ in range(40):
+        tilted = tilt(items, theta)
+        if abs(x - tilted.mean) <= 0.1 * tilted.sd:
+            break
+        if tilted.mean < x:
+            lo = theta
+        else:
+            hi = theta
+        step = theta + (x - tilted.mean) / tilted.sd**2
+        if not lo < step < hi:  # outside the bracket: bisect it, or widen it where it is still open
+            if math.isinf(hi):
+                step = theta + max(4.0 * abs(theta), h)
+            elif math.isinf(lo):
+                step = theta - max(4.0 * abs(theta), h)
+            else:
+                step = 0.5 * (lo + hi)
+        theta = step
+    return float(theta), x

@@ -31,6 +31,7 @@ import numpy as np
 
 from metadp.accounting import _pld_lattice as _lat
 from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
+from metadp.accounting._pld_gaussian import gaussian_delta_bounds, gaussian_epsilon_bounds, gaussian_mu
 from metadp.accounting._pld_pairs import event_pairs
 from metadp.accounting._pld_bounds import _DELTA_SHARE, PldResult, _bounds, _delta_bounds, _trajectory_direction
 from metadp.core import events as ev
@@ -108,6 +109,10 @@ class PldAccountant:
             return PldResult(math.inf, math.inf, delta, math.nan, self._steps(), 0, ("non-private release",))
         if not self._items:
             return PldResult(0.0, 0.0, delta, math.nan, 0, 0)
+        mu = gaussian_mu(self._items)  # Gaussian releases only: the exact mu-GDP profile, no lattice
+        exact = gaussian_epsilon_bounds(mu, delta) if mu is not None else None
+        if exact is not None:
+            return PldResult(exact[0], exact[1], delta, math.nan, self._steps(), 0)
         result = _bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
         upper = result.epsilon_upper
         if math.isfinite(upper) and upper - result.epsilon_lower <= self.tolerance * upper:
@@ -169,6 +174,12 @@ class PldAccountant:
             scales = np.full(len(counts), np.inf)
         if any(pairs is None for pairs, _ in base_items + step_items):
             return np.full(len(counts), np.inf)
+        if gaussian_mu(base_items + step_items) is not None:  # Gaussian releases only: mu-GDP per count
+            exact = [gaussian_epsilon_bounds(gaussian_mu(base_items + [(p, c * t) for p, c in step_items]), delta)
+                     if sum(c for _, c in base_items) + t * sum(c for _, c in step_items) else (0.0, 0.0)
+                     for t in counts]
+            if all(e is not None for e in exact):
+                return np.minimum(np.array([e[1] for e in exact]), scales)
         n_of = [sum(c for _, c in base_items) + t * sum(c for _, c in step_items) for t in counts]
         certifiable = [i for i in range(len(counts)) if 0 < n_of[i]]
         out = np.full(len(counts), np.inf)
@@ -210,6 +221,10 @@ class PldAccountant:
             return 1.0
         if not self._items or math.isinf(epsilon):
             return 0.0
+        mu = gaussian_mu(self._items)
+        exact = gaussian_delta_bounds(mu, epsilon) if mu is not None else None
+        if exact is not None:
+            return float(exact[1])
         reference, lower, delta = 1e-6, 0.0, 1.0
         for _ in range(4):
             lower, delta = _delta_bounds(self._items, epsilon, reference, self.tolerance, self.max_fft_size,

@@ -24,7 +24,7 @@ from metadp.core.validation import check_positive, check_probability
 from metadp.core._logmath import log_expm1
 from metadp.mechanisms.base import DominatingPair
 
-__all__ = ["GaussianMixturePair", "gaussian_pair", "poisson_gaussian_pairs"]
+__all__ = ["GaussianMixturePair", "gaussian_pair", "ndtr_error", "poisson_gaussian_pairs"]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
 _U = 2.0**-53  # unit round-off of float64
@@ -33,7 +33,7 @@ _TINY = 1e-300  # absolute error allowed on every CDF value: subnormal results c
 _GL_REMAINDER = math.factorial(8) ** 4 / (17.0 * float(math.factorial(16)) ** 3)
 
 
-def _ndtr_error(t) -> np.ndarray:
+def ndtr_error(t) -> np.ndarray:
     """Relative error bound of ``scipy.special.ndtr(t)`` as computed from t = (x - s)/sigma.
 
     ndtr's own relative error, measured against mpmath at 40 digits on [-38, 8] (tests/mechanisms/
@@ -44,52 +44,32 @@ def _ndtr_error(t) -> np.ndarray:
     return _U * (128.0 + 10.0 * t * t + 4.0 * t)
 
 
-def _mixture_value_error(x, weights, shifts, sigma, upper: bool) -> np.ndarray:
-    """Absolute error bound of sum_k w_k Phi(+-(x - s_k)/sigma) as computed: each term's ndtr error,
-    weighted by the term itself (a far component's large t only matters as much as its tiny mass), and
-    the rounding of the weighted sum. Infinite x gives exact 0 or 1."""
-    x = np.asarray(x, dtype=np.float64)
-    out = np.zeros(x.shape)
-    finite = np.isfinite(x)
-    for w, shift in zip(weights, shifts):
-        t = (x[finite] - shift) / sigma
-        term = w * special.ndtr(-t if upper else t)
-        out[finite] += term * (_ndtr_error(t) + 4.0 * _U * len(weights))
-    return out
+def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
+    """sum_k w_k Pr[a < N(s_k, sigma^2) <= b] by 8-point Gauss-Legendre (intervals of width <= sigma/8),
+    and with ``with_error`` an absolute error bound, component by component (each weighted by its own
+    share of the interval's mass).
 
-
-def _gl_masses(a, b, weights, shifts, sigma) -> np.ndarray:
-    """sum_k w_k Pr[a < N(s_k, sigma^2) <= b] by 8-point Gauss-Legendre (intervals of width <= sigma/8)."""
-    nodes = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * _GL_X[None, :]
-    density = np.zeros_like(nodes)
-    for w, shift in zip(weights, shifts):
-        density += w * np.exp(-0.5 * ((nodes - shift) / sigma) ** 2)
-    return 0.5 * (b - a) * (density @ _GL_W) / (sigma * math.sqrt(2.0 * math.pi))
-
-
-def _quadrature_error(a, b, weights, shifts, sigma) -> np.ndarray:
-    """Absolute error bound of the 8-point Gauss-Legendre cell masses on [a, b] (width w <= sigma/8),
-    component by component (each weighted by its own share of the cell's mass).
-
-    For one component with t the largest |x - s|/sigma on the cell: rounding of the nodes ((|a| + |b|)
-    u), of the exponent t^2/2 and of the sums, u (64 + 8 t^2 + 8 t (|a| + |b|)/sigma); the remainder
-    (b-a)^17 (8!)^4 / (17 (16!)^3) f^(16) (Abramowitz & Stegun 25.4.30) with |phi^(16)(t)| = |He_16(t)|
-    phi(t), |He_16(t)| = |E (t + iZ)^16| <= 2^7 (t^16 + E Z^16), E Z^16 = 15!! = 2027025, and phi varying
-    by at most e^{t w / sigma} on the cell: R (w/sigma)^16 2^7 (t^16 + 15!!) e^{t w/sigma} of the
-    component's mass there."""
+    For one component with t the largest |x - s|/sigma on the interval: rounding of the nodes
+    ((|a| + |b|) u), of the exponent t^2/2 and of the sums, u (64 + 8 t^2 + 8 t (|a| + |b|)/sigma); the
+    remainder (b-a)^17 (8!)^4 / (17 (16!)^3) f^(16) (Abramowitz & Stegun 25.4.30) with |phi^(16)(t)| =
+    |He_16(t)| phi(t), |He_16(t)| = |E (t + iZ)^16| <= 2^7 (t^16 + E Z^16), E Z^16 = 15!! = 2027025, and
+    phi varying by at most e^{t w / sigma} on the interval: R (w/sigma)^16 2^7 (t^16 + 15!!) e^{t w/sigma}
+    of the component's mass there."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    w = (b - a) / sigma
     nodes = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * _GL_X[None, :]
     scale = 0.5 * (b - a) / (sigma * math.sqrt(2.0 * math.pi))
-    out = np.zeros(len(a))
+    w = (b - a) / sigma
+    total, error = np.zeros(len(a)), np.zeros(len(a))
     for weight, shift in zip(weights, shifts):
         mass = weight * scale * (np.exp(-0.5 * ((nodes - shift) / sigma) ** 2) @ _GL_W)
-        t = np.maximum(np.abs(a - shift), np.abs(b - shift)) / sigma
-        rounding = _U * (64.0 + 8.0 * t * t + 8.0 * t * (np.abs(a) + np.abs(b)) / sigma + 4.0 * len(weights))
-        with np.errstate(over="ignore", invalid="ignore"):
-            remainder = _GL_REMAINDER * w**16 * 128.0 * (t**16 + 2027025.0) * np.exp(t * w)
-        out += mass * (rounding + np.minimum(remainder, 1.0)) * (1.0 + 1e-6)
-    return out
+        total += mass
+        if with_error:
+            t = np.maximum(np.abs(a - shift), np.abs(b - shift)) / sigma
+            rounding = _U * (64.0 + 8.0 * t * t + 8.0 * t * (np.abs(a) + np.abs(b)) / sigma + 4.0 * len(weights))
+            with np.errstate(over="ignore", invalid="ignore"):
+                remainder = _GL_REMAINDER * w**16 * 128.0 * (t**16 + 2027025.0) * np.exp(t * w)
+            error += mass * (rounding + np.minimum(remainder, 1.0)) * (1.0 + 1e-6)
+    return (total, error) if with_error else total
 
 
 class GaussianMixturePair(DominatingPair):
@@ -238,11 +218,26 @@ class GaussianMixturePair(DominatingPair):
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
         mixture = (under == "P") == (self.direction == "add")
-        dist = self._mixture_cdf if mixture else self._null_cdf
         x = self._inverse_add(edges if self.direction == "add" else -edges)  # once: the costly part
-        with np.errstate(invalid="ignore"):  # as loss_cdf / loss_sf at the edges
-            below_x, above_x = dist(x, upper=False), dist(x, upper=True)
+        weights, shifts = (self.weights, self.shifts) if mixture else (np.ones(1), np.zeros(1))
+        # Pr[X <= x] and Pr[X > x] term by term (each from its own side, no complement taken), and each
+        # term's ndtr error weighted by the term: a far component's large t counts only as its mass
+        below_x, above_x = np.zeros(len(x)), np.zeros(len(x))
+        err_low, err_high = np.full(len(x), _TINY), np.full(len(x), _TINY)
+        finite = np.isfinite(x)
+        below_x[x == np.inf] = 1.0
+        above_x[x == -np.inf] = 1.0
+        for w, shift in zip(weights, shifts):
+            t = (x[finite] - shift) / self.sigma
+            low, high = w * special.ndtr(t), w * special.ndtr(-t)
+            below_x[finite] += low
+            above_x[finite] += high
+            if with_error:
+                rel = ndtr_error(t) + 4.0 * _U * len(weights)
+                err_low[finite] += low * rel
+                err_high[finite] += high * rel
         cdf, sf = (below_x, above_x) if self.direction == "add" else (above_x, below_x)
+        err_cdf, err_sf = (err_low, err_high) if self.direction == "add" else (err_high, err_low)
         use_cdf = cdf[1:] <= 0.5  # as DominatingPair.cell_masses: difference on the smaller side
         cells = np.maximum(np.where(use_cdf, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:]), 0.0)
         below, above = float(cdf[0]), float(sf[-1])
@@ -256,29 +251,24 @@ class GaussianMixturePair(DominatingPair):
         with np.errstate(invalid="ignore", over="ignore"):  # edges at or below the loss floor invert to -inf
             pieces = np.ceil((hi - lo) / (self.sigma / 8.0))
             quad = np.nonzero(cancelling & np.isfinite(lo) & np.isfinite(hi) & (pieces <= 64))[0]
-        shifts = self.shifts if mixture else np.zeros(1)
-        weights = self.weights if mixture else np.ones(1)
         count = np.maximum(pieces[quad], 1).astype(np.int64)
         owner = np.repeat(np.arange(len(quad)), count)
         part = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
         width = (hi[quad] - lo[quad]) / count
         a = lo[quad][owner] + width[owner] * part
         b = np.where(part == count[owner] - 1, hi[quad][owner], a + width[owner])
-        masses = np.zeros(len(a))
+        masses, piece_errors = np.zeros(len(a)), np.zeros(len(a))
         for start in range(0, len(a), 1 << 16):  # bounded temporaries
             sl = slice(start, start + (1 << 16))
-            masses[sl] = _gl_masses(a[sl], b[sl], weights, shifts, self.sigma)
+            if with_error:
+                masses[sl], piece_errors[sl] = _gl_masses(a[sl], b[sl], weights, shifts, self.sigma, True)
+            else:
+                masses[sl] = _gl_masses(a[sl], b[sl], weights, shifts, self.sigma)
         cells[quad] = np.bincount(owner, masses, len(quad))
         if not with_error:
             return cells, below, above
-        # error of the CDF values at the edges, then of their differences (on the side used)
-        err_low = _mixture_value_error(x, weights, shifts, self.sigma, upper=False) + _TINY
-        err_high = _mixture_value_error(x, weights, shifts, self.sigma, upper=True) + _TINY
-        err_cdf, err_sf = (err_low, err_high) if self.direction == "add" else (err_high, err_low)
         errors = np.where(use_cdf, err_cdf[1:] + err_cdf[:-1], err_sf[:-1] + err_sf[1:]) + _U * cells
-        if len(quad):
-            piece_errors = _quadrature_error(a, b, weights, shifts, self.sigma)
-            errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad]
+        errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad]
         return cells, below, above, errors, float(err_cdf[0]), float(err_sf[-1])
 
     def profile(self, epsilon) -> np.ndarray:

@@ -94,8 +94,8 @@ def test_the_largest_count_gives_a_finite_bound():
 
 
 def test_pld_without_a_finite_bound_reports_the_rdp_bound_and_why():
-    # 1e12 releases at delta 1e-6: no finite PLD bound (the FFT power's proven round-off bound grows with
-    # the count, and the lattice that fits the memory budget is coarse). It used to fail with "zero-size
+    # 1e12 releases at delta 1e-6: no finite PLD bound (the lattice that fits the memory budget is far
+    # too coarse, and the FFT power's proven round-off bound grows with the count). It used to fail with "zero-size
     # array to reduction operation minimum" (from about 1e20 steps); the RDP bound is reported, and the
     # notes say which term kept the PLD bound infinite.
     step = PoissonSampled(0.01, Gaussian(1.0))
@@ -103,8 +103,7 @@ def test_pld_without_a_finite_bound_reports_the_rdp_bound_and_why():
     assert result.epsilon_lower == 0.0
     assert result.epsilon_upper == _rdp_epsilon(step, 10**12)
     assert any("RDP bound is reported" in n for n in result.notes)
-    assert any(n.startswith("no finite upper bound; what keeps it infinite: ") and "of delta" in n
-               for n in result.notes), result.notes
+    assert any(n.startswith("no finite upper bound; what keeps it infinite: ") for n in result.notes), result.notes
 
 
 def test_pld_trajectory_past_the_rounding_allowance_keeps_the_rdp_bound():
