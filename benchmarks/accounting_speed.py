@@ -19,6 +19,7 @@ uses Wang-Balle-Kasiviswanathan Thm 9 where dp-accounting also uses the tighter 
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
@@ -103,7 +104,11 @@ def _fmt_time(seconds):
     return f"{seconds * 1e3:9.1f} ms" if seconds < 10 else f"{seconds:9.2f} s "
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="rdp,pld,tiny,episodic",
+                        help="comma-separated subset of rdp, pld, tiny, episodic (default: all)")
+    sections = set(parser.parse_args(argv).sections.split(","))
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's non-convergence warnings
     total_start = time.perf_counter()
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
@@ -113,7 +118,19 @@ def main():
         print(f"dp-accounting {metadata.version('dp-accounting')}; "
               f"median of up to {REPEATS} cold repeats (metadp curve cache cleared before each)")
     print()
+    if "rdp" in sections:
+        _rdp_section()
+    if de is not None:
+        if "pld" in sections:
+            _pld_section()
+        if "tiny" in sections:
+            _tiny_delta_section()
+        if "episodic" in sections:
+            _episodic_section()
+    print(f"\ntotal benchmark time {time.perf_counter() - total_start:.1f} s")
 
+
+def _rdp_section():
     header = (f"{'plan':44s} {'metadp eps':>11s} {'dp-acc eps':>11s} {'metadp time':>12s} "
               f"{'dp-acc time':>12s} {'ratio':>7s}")
     print(header)
@@ -151,58 +168,89 @@ def main():
         t_cal, z, reps = _median_time(calibrate, cold=_cold)
         print(f"calibrate_noise (default plan: q=0.004, T=250, target eps 1, delta 1e-6): z = {z:.5f} in "
               f"{_fmt_time(t_cal).strip()} (median of {reps}, cold) = {t_cal / t_eps:.0f}x one get_epsilon")
-    if de is not None:
-        _pld_section()
-        _episodic_section()
-    print(f"\ntotal benchmark time {time.perf_counter() - total_start:.1f} s")
 
 
-_PLD_PLANS = [  # (name, rate, noise, steps, delta): the plans of issue 3
-    ("DP-SGD q=256/60000 z=1.1 T=14062", 256 / 60000, 1.1, 14062, 1e-5),
-    ("DP-MAML q=0.004 z=1 T=250", 0.004, 1.0, 250, 1e-6),
-    ("DP-MAML q=0.004 z=2 T=250", 0.004, 2.0, 250, 1e-6),
-    ("DP-MAML q=0.004 z=3 T=250", 0.004, 3.0, 250, 1e-6),
-    ("q=1e-4 z=0.8 T=1e6", 1e-4, 0.8, 10**6, 1e-7),
-    ("q=0.5 z=2 T=1000", 0.5, 2.0, 1000, 1e-6),
-    ("no sampling z=10 T=100", 1.0, 10.0, 100, 1e-6),
-    ("q=0.01 z=20 T=1e5", 0.01, 20.0, 10**5, 1e-6),
+_PLD_PLANS = [  # (name, rate, noise, steps, delta, ordinary): the plans of issue 3
+    ("DP-SGD q=256/60000 z=1.1 T=14062", 256 / 60000, 1.1, 14062, 1e-5, True),
+    ("DP-MAML q=0.004 z=1 T=250", 0.004, 1.0, 250, 1e-6, True),
+    ("DP-MAML q=0.004 z=2 T=250", 0.004, 2.0, 250, 1e-6, True),
+    ("DP-MAML q=0.004 z=3 T=250", 0.004, 3.0, 250, 1e-6, True),
+    ("q=1e-4 z=0.8 T=1e6", 1e-4, 0.8, 10**6, 1e-7, False),  # a long run at a tiny rate
+    ("q=0.5 z=2 T=1000", 0.5, 2.0, 1000, 1e-6, True),
+    ("no sampling z=10 T=100", 1.0, 10.0, 100, 1e-6, True),
+    ("q=0.01 z=20 T=1e5", 0.01, 20.0, 10**5, 1e-6, True),
+]
+
+# Tiny delta, long runs (issue 18): the two plans of the issue, then others of the same kind (rates
+# 1e-5..0.3, noise 0.5..10, steps up to 1e7, delta down to 1e-12). Each is checked as the issue asks:
+# metadp's upper bound at or above every certified lower bound (prv-accountant's, metadp's own) and at
+# most 0.5% above the best upper bound of the three libraries.
+_TINY_DELTA_PLANS = [
+    (1e-4, 1.0, 10**6, 1e-10), (5e-4, 1.1, 2 * 10**5, 1e-9),  # the issue's two
+    (1e-5, 0.5, 10**7, 1e-12), (1e-3, 0.8, 10**6, 1e-12), (0.01, 2.0, 10**5, 1e-12),
+    (0.3, 10.0, 10**4, 1e-12), (1e-5, 10.0, 10**7, 1e-12), (2e-3, 0.6, 10**6, 1e-10),
 ]
 
 
+def _pld_cold():
+    from metadp.accounting import _pld_lattice, _pld_pairs
+    _pld_lattice.lattice_cached.cache_clear()
+    _pld_lattice._loss_range.cache_clear()
+    _pld_pairs._cached_pairs.cache_clear()
+    _cold()
+
+
+def _dp_pld(q, z, steps, delta):
+    dp_event = de.GaussianDpEvent(z) if q == 1.0 else de.PoissonSampledDpEvent(q, de.GaussianDpEvent(z))
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(de.SelfComposedDpEvent(dp_event, steps))
+    return acc.get_epsilon(delta)
+
+
+def _dp_rdp_plan(q, z, steps, delta):
+    dp_event = de.GaussianDpEvent(z) if q == 1.0 else de.PoissonSampledDpEvent(q, de.GaussianDpEvent(z))
+    acc = dp_rdp.RdpAccountant()
+    acc.compose(de.SelfComposedDpEvent(dp_event, steps))
+    return acc.get_epsilon(delta)
+
+
 def _pld_section():
-    """metadp PLD (certified interval) vs dp-accounting PLD (1e-4) vs prv-accountant (eps_error 0.01)."""
-    from metadp.accounting._pld_lattice import lattice_cached
+    """metadp PLD (certified interval) vs dp-accounting PLD (1e-4) and RDP vs prv-accountant (eps_error
+    0.01), all in this run; then the two ratios the issue asks for."""
     from metadp.accounting.calibration import calibrate_noise
     from metadp.accounting.pld import PldAccountant
 
-    def cold():
-        lattice_cached.cache_clear()
-        _cold()
-
-    print(f"PLD accountants, median of up to {REPEATS} cold runs each (metadp lattice and RDP caches cleared):")
+    print(f"PLD accountants, median of up to {REPEATS} cold runs each (metadp's lattice, pair and RDP caches "
+          "cleared before each):")
     header = (f"{'plan':36s} {'metadp [lower, upper]':>24s} {'width':>6s} {'time':>10s} {'dp-acc PLD':>10s} "
-              f"{'time':>10s} {'prv [lower, upper]':>22s} {'time':>10s} {'dp/metadp':>9s} {'prv/metadp':>10s}")
+              f"{'time':>10s} {'dp RDP time':>11s} {'prv [lower, upper]':>22s} {'time':>10s} {'dpPLD/m':>8s} "
+              f"{'m/dpRDP':>8s}")
     print(header)
     print("-" * len(header))
-    for name, q, z, steps, delta in _PLD_PLANS:
+    speedups, versus_rdp = [], []
+    for name, q, z, steps, delta, ordinary in _PLD_PLANS:
         event = Gaussian(z) if q == 1.0 else PoissonSampled(q, Gaussian(z))
-        t_m, r, _ = _median_time(lambda: PldAccountant().compose(event, steps).get_epsilon_bounds(delta), cold=cold)
-        dp_event = de.GaussianDpEvent(z) if q == 1.0 else de.PoissonSampledDpEvent(q, de.GaussianDpEvent(z))
-
-        def dp_run():
-            acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
-            acc.compose(de.SelfComposedDpEvent(dp_event, steps))
-            return acc.get_epsilon(delta)
-
-        t_d, e_d, _ = _median_time(dp_run)
+        t_m, r, _ = _median_time(lambda: PldAccountant().compose(event, steps).get_epsilon_bounds(delta),
+                                 cold=_pld_cold)
+        t_d, e_d, _ = _median_time(lambda: _dp_pld(q, z, steps, delta))
+        t_r, _, _ = _median_time(lambda: _dp_rdp_plan(q, z, steps, delta))
         t_p, prv_text, _ = _median_time(lambda: _prv(q, z, steps, delta))
         width = (r.epsilon_upper - r.epsilon_lower) / r.epsilon_upper
-        ratio_p = f"{t_p / t_m:9.2f}x" if t_p > 0 else f"{'n/a':>10s}"
+        speedups.append(t_d / t_m)
+        if ordinary:
+            versus_rdp.append((t_m / t_r, name))
         print(f"{name:36s} [{r.epsilon_lower:10.5f}, {r.epsilon_upper:10.5f}] {width:6.2%} {_fmt_time(t_m)} "
-              f"{e_d:10.5f} {_fmt_time(t_d)} {prv_text:>22s} {_fmt_time(t_p)} {t_d / t_m:8.2f}x {ratio_p}")
+              f"{e_d:10.5f} {_fmt_time(t_d)} {_fmt_time(t_r):>11s} {prv_text:>22s} {_fmt_time(t_p)} "
+              f"{t_d / t_m:7.1f}x {t_m / t_r:7.2f}x{'' if ordinary else ' (not ordinary)'}")
     print("width = (upper - lower) / upper of metadp's certified interval; dp-accounting prints one number "
-          "(no certified interval); prv's interval is its own error bound.")
-    cold()
+          "(no certified interval); prv's interval is its own error bound. dpPLD/m = dp-accounting PLD time / "
+          "metadp PLD time; m/dpRDP = metadp PLD time / dp-accounting RDP time.")
+    worst = max(versus_rdp)
+    print(f"RATIO median speed-up of metadp's PLD over dp-accounting's PLD (1e-4), all {len(speedups)} plans: "
+          f"{statistics.median(speedups):.1f}x (min {min(speedups):.1f}x)")
+    print(f"RATIO metadp PLD time / dp-accounting RDP time on the {len(versus_rdp)} ordinary plans: median "
+          f"{statistics.median(r for r, _ in versus_rdp):.2f}x, largest {worst[0]:.2f}x ({worst[1]})")
+    _pld_cold()
     t = time.perf_counter()
     r = PldAccountant().compose(PoissonSampled(1e-6, Gaussian(1.0)), 10**8).get_epsilon_bounds(1e-6)
     print(f"{'q=1e-6 z=1 T=1e8 (metadp only)':36s} [{r.epsilon_lower:10.5f}, {r.epsilon_upper:10.5f}] "
@@ -213,9 +261,41 @@ def _pld_section():
         return calibrate_noise(lambda z: SelfComposed(PoissonSampled(0.004, Gaussian(z)), 250), 1.0, 1e-6,
                                accountant="pld", rtol=1e-3)
 
-    t_cal, z, reps = _median_time(calibrate, cold=cold)
+    t_cal, z, reps = _median_time(calibrate, cold=_pld_cold)
     print(f"PLD calibrate_noise (default plan, target eps 1, delta 1e-6, rtol 1e-3): z = {z:.5f} in "
           f"{_fmt_time(t_cal).strip()} (median of {reps}, cold)")
+
+
+def _tiny_delta_section():
+    """Issue 18's tightness check on tiny-delta, long-run plans: one cold run of each library."""
+    from metadp.accounting.pld import PldAccountant
+
+    print("\nTiny delta, long runs (one cold run each; prv-accountant eps_error 0.01, delta_error delta/1000):")
+    header = (f"{'rate, noise, steps, delta':30s} {'metadp [lower, upper]':>24s} {'time':>10s} {'dp-acc PLD':>10s} "
+              f"{'time':>10s} {'prv [lower, upper]':>22s} {'time':>10s}  check")
+    print(header)
+    print("-" * len(header))
+    for q, z, steps, delta in _TINY_DELTA_PLANS:
+        _pld_cold()
+        t = time.perf_counter()
+        r = PldAccountant().compose(PoissonSampled(q, Gaussian(z)), steps).get_epsilon_bounds(delta)
+        t_m = time.perf_counter() - t
+        t = time.perf_counter()
+        e_d = _dp_pld(q, z, steps, delta)
+        t_d = time.perf_counter() - t
+        t = time.perf_counter()
+        prv = _prv_bounds(q, z, steps, delta)
+        t_p = time.perf_counter() - t
+        uppers = [r.epsilon_upper, e_d] + ([prv[1]] if prv else [])
+        lowers = [r.epsilon_lower] + ([prv[0]] if prv else [])
+        ok = max(lowers) <= r.epsilon_upper <= 1.005 * min(uppers)
+        prv_text = f"[{prv[0]:.5f}, {prv[1]:.5f}]" if prv else "n/a"
+        print(f"{f'{q:g}, {z:g}, {steps:.0e}, {delta:g}':30s} [{r.epsilon_lower:10.5f}, {r.epsilon_upper:10.5f}] "
+              f"{_fmt_time(t_m)} {e_d:10.5f} {_fmt_time(t_d)} {prv_text:>22s} {_fmt_time(t_p)}  "
+              f"{'ok' if ok else 'FAILS'} ({r.epsilon_upper / min(uppers):.4f} of the best upper bound)"
+              + (f"; notes: {'; '.join(r.notes)}" if r.notes else ""))
+    print("check: metadp's upper bound >= every certified lower bound and <= 1.005 x the best upper bound "
+          "(metadp's, dp-accounting's, prv-accountant's).")
 
 
 def _episodic_section():
@@ -226,13 +306,10 @@ def _episodic_section():
 
     from metadp.accounting import EpisodicSampled
     from metadp.accounting import pld as metadp_pld
-    from metadp.accounting._pld_lattice import lattice_cached
     from metadp.accounting.pld import PldAccountant
     from metadp.mechanisms.episodic import hidden_binomial_pairs
 
-    def cold():
-        lattice_cached.cache_clear()
-        _cold()
+    cold = _pld_cold
 
     print("\nRecord-level, default DP-MAML episodes (1,600 per step: 5 of 1,150 classes, 2 of 20 drawings; "
           "z = 1, 250 steps, delta 1e-6):")
@@ -258,16 +335,25 @@ def _episodic_section():
           f"{t_d / t_h:.0f}x the metadp time for the same model; hidden/dp-acc = {h.epsilon_upper / e_d:.5f}")
 
 
-def _prv(q, z, steps, delta):
+def _prv_bounds(q, z, steps, delta):
+    """prv-accountant's certified (lower, upper), or None (not installed, or it refuses the plan)."""
     try:
         from prv_accountant import PRVAccountant
         from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMechanism
     except ImportError:
-        return "not installed"
+        return None
     acc = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=z, sampling_probability=q)],
                         max_self_compositions=[steps], eps_error=0.01, delta_error=delta / 1000)
-    lower, _, upper = acc.compute_epsilon(delta=delta, num_self_compositions=[steps])
-    return f"[{lower:.5f}, {upper:.5f}]"
+    try:
+        lower, _, upper = acc.compute_epsilon(delta=delta, num_self_compositions=[steps])
+    except ValueError:  # e.g. "Floating point errors will dominate for such small values of delta"
+        return None
+    return lower, upper
+
+
+def _prv(q, z, steps, delta):
+    found = _prv_bounds(q, z, steps, delta)
+    return "n/a" if found is None else f"[{found[0]:.5f}, {found[1]:.5f}]"
 
 
 if __name__ == "__main__":

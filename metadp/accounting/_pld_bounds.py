@@ -19,7 +19,9 @@ from metadp.accounting import _pld_lattice as _lat
 __all__ = ["PldResult"]
 
 
-_DELTA_SHARE = 1e-5  # fraction of delta spent on each truncation (tails, window, drift bound)
+_DELTA_SHARE = 1e-5  # fraction of delta spent on each truncation (tails, window)
+_PILOT = 14  # the first lattice puts about 2^_PILOT points across the composed sum's window
+_MIN_FACTOR = 0.25  # the most a refinement round shrinks h
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 
 
@@ -40,12 +42,14 @@ class PldResult:
 
 def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: int,
             max_seconds: float = math.inf) -> PldResult:
-    """Certified bounds at ``delta``, refining the lattice until upper - lower <= tolerance * upper.
+    """Certified bounds at ``delta``, refining the lattice until upper - lower <= tolerance * upper (it
+    aims at half of that, and stops short of the aim without a note once within the tolerance).
 
     Both bounds are valid at every spacing (module docstring of ``_pld_lattice``); refinement only
-    narrows the interval. The first spacing puts about 2^14 points across the composed sum's window;
-    the discretisation error shrinks about as h^2 (upper) and h (lower), so each round shrinks h by
-    sqrt(target / gap), clamped to [1/4, 0.7]. The finest spacing is set by ``max_points``; no round
+    narrows the interval. The first spacing puts about 2^11 points across the composed sum's window (a
+    cheap pilot: many plans meet the tolerance there already); the discretisation error of both bounds
+    shrinks about as h^2, so each round shrinks h by sqrt(target / gap), aiming at half the tolerance,
+    clamped to [1/16, 0.7] (by 1/4 while there is no lower bound above 0). The finest spacing is set by ``max_points``; no round
     starts that would (by the last round's time, scaled by the spacing) end after ``max_seconds``.
     """
     start = time.perf_counter()
@@ -56,12 +60,12 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
     width = max(_window_estimate(pairs, delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
-    h = _snap(max(width / 2.0**14, h_floor), per_direction)
+    h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
     lower, upper, size, notes, gap, terms = 0.0, math.inf, 0, [], math.inf, {}
     for _ in range(12):
         round_start = time.perf_counter()
         try:
-            found = [_direction_bounds(pairs, delta, h, tau, tail, max_memory) for pairs in per_direction]
+            found = _round(per_direction, delta, h, tau, tail, max_memory, lower)
         except MemoryError as err:  # the window estimate was short: widen and retry
             h *= max(1.25, float(err.args[0]) if err.args else 2.0)
             h_floor = max(h_floor, h)
@@ -74,20 +78,26 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             upper, terms = worst[1], worst[3]
         size = max(f[2] for f in found)
         gap, previous = upper - lower, gap
-        if math.isfinite(upper) and gap <= tolerance * upper:
+        if math.isfinite(upper) and gap <= 0.5 * tolerance * upper:  # aim at half the tolerance
             break
+        within = math.isfinite(upper) and gap <= tolerance * upper  # stopping here is no shortfall
         if gap > 0.8 * previous:  # refining no longer pays: round-off or truncation dominates
-            notes.append(f"refinement stalled at h = {h:.3g}: {_width(lower, upper)}")
+            if not within:
+                notes.append(f"refinement stalled at h = {h:.3g}: {_width(lower, upper)}")
             break
         if h <= h_floor * 1.0001:
-            notes.append(f"lattice at its finest allowed spacing h = {h:.3g} ({max_points:,} points): "
-                         f"{_width(lower, upper)}")
+            if not within:
+                notes.append(f"lattice at its finest allowed spacing h = {h:.3g} ({max_points:,} points): "
+                             f"{_width(lower, upper)}")
             break
-        finer = max(h * min(0.7, max(0.25, math.sqrt(0.8 * tolerance * upper / gap))), h_floor)
+        # without a lower bound yet (a gap of 100% says nothing about the h^2 law): a quarter
+        finer = max(h * (0.25 if lower <= 0.0 else min(0.7, max(_MIN_FACTOR, math.sqrt(0.4 * tolerance * upper
+                                                                                         / gap)))), h_floor)
         now = time.perf_counter()
-        if now - start + (now - round_start) * 1.5 * h / finer > max_seconds:
-            notes.append(f"refinement stopped at h = {h:.3g} by the time budget ({max_seconds:g} s): "
-                         f"{_width(lower, upper)}")
+        if now - start + (now - round_start) * h / finer > max_seconds:
+            if not within:
+                notes.append(f"refinement stopped at h = {h:.3g} by the time budget ({max_seconds:g} s): "
+                             f"{_width(lower, upper)}")
             break
         h = _snap(finer, per_direction)
     if notes and terms:
@@ -156,13 +166,13 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
 
 
 def _untilted_is_enough(items, flat, size, delta) -> bool:
-    """Whether the untilted FFT's round-off is predicted below 1e-3 delta: E2 ~ n gamma ||x||_2
+    """Whether the untilted FFT's round-off is predicted below 1e-5 delta: E2 ~ n gamma ||x||_2
     (N / (2 sqrt(pi n) sd))^(1/2), read on an l2 norm of about (N / 2)^(1/2) bins (the prediction only
     picks the tilt; the bound charged is computed, ``_pld_compose``)."""
     n = sum(item.count for item in items)
     norm = max(float(np.linalg.norm(x)) for x, _ in flat.arrays)
     predicted = n * _comp.fft_gamma(size) * norm * math.sqrt(size / (2.0 * math.sqrt(math.pi * n) * flat.sd))
-    return predicted * math.sqrt(size / 2.0) <= 1e-3 * delta
+    return predicted * math.sqrt(size / 2.0) <= 1e-5 * delta
 
 
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
@@ -189,30 +199,49 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
+def _round(per_direction, delta, h, tau, tail, max_memory, known_lower):
+    """One refinement round: every direction's upper bound, and the lower bound of each direction whose
+    upper bound exceeds the best lower bound known (epsilon is the largest over the directions, so a
+    direction whose upper bound is below that cannot raise the lower bound: its lower is skipped)."""
+    uppers = []
+    for pairs in per_direction:
+        lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
+        uppers.append((lattices,) + _upper_epsilon(lattices, delta, h, tau, max_memory))
+    found, best = [], known_lower
+    for lattices, eps_upper, theta, size, terms in sorted(uppers, key=lambda u: -u[1]):
+        eps_lower = -math.inf
+        if math.isfinite(eps_upper) and eps_upper > best:
+            eps_lower, size_low = _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta)
+            size = max(size, size_low)
+            best = max(best, eps_lower)
+        found.append((max(0.0, eps_lower), max(0.0, eps_upper), size, terms))
+    return found
+
+
+def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
+    """(lower epsilon, FFT size): one event of the composed output (``_pld_lattice``), its P- and Q-sums
+    tilted like the upper sum (the labels follow the loss, so the tilt centres them near the answer)."""
+    p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
+    tilted = _comp.tilt(p_items, theta)
+    first, size, _, outside = _window(p_items, tilted, tau, max_memory)
+    p_sum = _comp.compose(tilted, first, size, h, alias=outside)
+    # Q's labels sit at a loss ratio of the P-masses' labels only up to the rounding: centre its
+    # tilted sum on P's (about theta + h, the tilt that turns Q's loss law into P's)
+    theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=theta + h)
+    q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size, h)
+    eps_lower = _comp.certified_lower(p_sum, q_sum, delta, eps_upper)
+    return eps_lower - 1e-14 * abs(eps_lower), size  # the crossing's own rounding, downward
+
+
 def _direction_bounds(pairs, delta, h, tau, tail, max_memory):
-    """(lower, upper, fft size, charged terms) for one direction's pairs at spacing h (``_pld_lattice``, ``_pld_compose``).
+    """(lower, upper, fft size, charged terms) for one direction's pairs at spacing h (``_pld_lattice``,
+    ``_pld_compose``).
 
     The tilt centres the tilted sum on the epsilon sought when the untilted FFT's round-off would
-    matter (``_theta``); when the upper bound found lies more than a standard deviation from the tilted
-    mean, the sum is tilted once more, centred on it. The lower bound's sums use the same tilt."""
-    lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
-    eps_upper, theta, size, terms = _upper_epsilon(lattices, delta, h, tau, max_memory)
-    # lower: one event of the composed output (``_pld_lattice``): its P- and Q-sums at the same tilt (the
-    # labels follow the loss, so the tilt centres them near the answer too)
-    eps_lower = -math.inf
-    if math.isfinite(eps_upper):
-        p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
-        tilted = _comp.tilt(p_items, theta)
-        first, size_low, _, outside = _window(p_items, tilted, tau, max_memory)
-        p_sum = _comp.compose(tilted, first, size_low, h, alias=outside)
-        # Q's labels sit at a loss ratio of the P-masses' labels only up to the rounding: centre its
-        # tilted sum on P's (about theta + h, the tilt that turns Q's loss law into P's)
-        theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=theta + h)
-        q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size_low, h)
-        eps_lower = _comp.certified_lower(p_sum, q_sum, delta, eps_upper)
-        eps_lower -= 1e-14 * abs(eps_lower)  # the crossing's own rounding, downward
-        size = max(size, size_low)
-    return max(0.0, eps_lower), max(0.0, eps_upper), size, terms
+    matter (``_untilted_is_enough``); when the upper bound found lies more than a standard deviation
+    from the tilted mean, the sum is tilted once more, centred on it. The lower bound's sums use the
+    same tilt."""
+    return _round([pairs], delta, h, tau, tail, max_memory, -math.inf)[0]
 
 
 def _upper_epsilon(lattices, delta, h, tau, max_memory):
@@ -319,21 +348,51 @@ def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, 
 
 
 def _window_estimate(pairs, delta: float) -> float:
-    """Approximate width (in loss units) of the composed sum's window plus one step's support."""
+    """Approximate width (in loss units) of the composed sum's window plus one step's support (it only
+    sizes the first lattice spacing)."""
     n = sum(c for _, c in pairs)
     variance, support = 0.0, 0.0
     for pair, c in pairs:
-        lo, hi = pair.loss_range(_DELTA_SHARE * delta / n)
+        lo, hi = _lat._loss_range(pair, _DELTA_SHARE * delta / n)
         # A loss range can collapse to a point in float (a Gaussian with z <= 0.05 under Poisson sampling,
         # remove direction: the loss is -log(1 - q) to 1e-80 on all but a 1e-80 tail); keep a positive width.
         hi = max(hi, lo + 1e-6 * max(1.0, abs(lo), abs(hi)))
-        coarse = _lat.lattice_cached(pair, (hi - lo) / 4096.0, _DELTA_SHARE * delta / n)
-        idx = (np.arange(len(coarse.up)) + coarse.start) * coarse.h
-        mass = float(coarse.up.sum())
-        mean = float(np.dot(coarse.up, idx)) / mass
-        variance += c * float(np.dot(coarse.up, (idx - mean) ** 2)) / mass
+        moments = _loss_moments(pair)
+        if moments is None:  # a coarse lattice's
+            coarse = _lat.lattice_cached(pair, (hi - lo) / 512.0, _DELTA_SHARE * delta / n)
+            idx = (np.arange(len(coarse.up)) + coarse.start) * coarse.h
+            mass = float(coarse.up.sum())
+            mean = float(np.dot(coarse.up, idx)) / mass
+            moments = (mean, float(np.dot(coarse.up, (idx - mean) ** 2)) / mass)
+        variance += c * moments[1]
         support = max(support, hi - lo)
     return 14.0 * math.sqrt(variance) + support
+
+
+_GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)
+
+
+def _loss_moments(pair):
+    """(mean, variance) of the privacy loss under P for a Gaussian mixture pair (or a revealed mixture
+    of them), by 64-point Gauss-Hermite quadrature per component; None for other pairs."""
+    if hasattr(pair, "components"):
+        first = second = 0.0
+        for w, part in zip(pair.weights, pair.components):
+            found = (0.0, 0.0) if part is None else _loss_moments(part)
+            if found is None:
+                return None
+            first += w * found[0]
+            second += w * (found[1] + found[0] ** 2)
+        return first, max(second - first * first, 0.0)
+    if not all(hasattr(pair, name) for name in ("weights", "shifts", "sigma", "direction")):
+        return None
+    weights, shifts = (pair.weights, pair.shifts) if pair.direction == "add" else ([1.0], [0.0])
+    first = second = 0.0
+    for w, shift in zip(weights, shifts):
+        loss = pair.log_ratio(shift + pair.sigma * math.sqrt(2.0) * _GH_X)
+        first += w * float(np.dot(_GH_W, loss)) / math.sqrt(math.pi)
+        second += w * float(np.dot(_GH_W, loss * loss)) / math.sqrt(math.pi)
+    return first, max(second - first * first, 0.0)
 
 
 def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:

@@ -347,26 +347,34 @@ def _fold(pmf: np.ndarray, size: int) -> Tuple[np.ndarray, int]:
 
 def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, np.ndarray]:
     """spectrum ** count in polar form, and per frequency a bound on its distance from the exact power of
-    the exact spectrum, given |computed - exact| <= ``bound`` at every frequency (module docstring)."""
+    the exact spectrum, given |computed - exact| <= ``bound`` at every frequency (module docstring).
+    Only frequencies where (|y| + bound)^(count - 1) exceeds e^-740 are worked on: elsewhere both the
+    power and its error bound are below 1e-300 (charged as such)."""
     if count == 1:
         return spectrum, np.full(len(spectrum), bound)
     modulus = np.abs(spectrum)
     with np.errstate(divide="ignore"):
-        log_modulus = np.log(modulus)
-    angle = np.angle(spectrum)
+        log_reach = (count - 1) * np.log(modulus + bound)
+    live = np.nonzero(log_reach > -740.0)[0]
+    out = np.zeros_like(spectrum)
+    err = np.full(len(spectrum), 1e-300)
+    y, m = spectrum[live], modulus[live]
+    with np.errstate(divide="ignore"):
+        log_modulus = np.log(m)
+    angle = np.angle(y)
     scaled = count * log_modulus
     keep = scaled > -740.0
-    out = np.zeros_like(spectrum)
-    turn = count * angle[keep]
-    out[keep] = np.exp(scaled[keep]) * (np.cos(turn) + 1j * np.sin(turn))
+    turn = count * angle
+    power = np.where(keep, np.exp(np.maximum(scaled, -745.0)), 0.0) * (np.cos(turn) + 1j * np.sin(turn))
     with np.errstate(invalid="ignore"):
         rounding = (2.0 * count * _U * (np.abs(log_modulus) + np.abs(angle) + 2.0)
-                    + _U * (np.abs(scaled) + np.abs(count * angle)) + 8.0 * _U)
+                    + _U * (np.abs(scaled) + np.abs(turn)) + 8.0 * _U)
     rounding = np.where(keep, np.expm1(np.minimum(rounding * 1.01, 700.0)), 0.0)
-    with np.errstate(divide="ignore", over="ignore"):
-        reach = np.exp(np.minimum((count - 1) * np.log(modulus + bound), 700.0))
-    lost = np.where(keep, 0.0, np.exp(np.minimum(scaled, 0.0)))  # powers below e^-740, set to 0
-    return out, (count * bound * reach + np.abs(out) * rounding + lost) * (1.0 + 1e-9)
+    lost = np.where(keep, 0.0, 1e-300)  # powers below e^-740, set to 0
+    out[live] = power
+    err[live] = (count * bound * np.exp(np.minimum(log_reach[live], 700.0)) + np.abs(power) * rounding + lost) \
+        * (1.0 + 1e-9)
+    return out, err
 
 
 def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0) -> TiltedSum:

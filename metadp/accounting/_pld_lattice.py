@@ -85,7 +85,7 @@ def build_lattice(pair, h: float, tail: float) -> Lattice:
     """The lattice of ``pair`` with spacing h, loss tails of P-mass <= ``tail`` cut on each side."""
     if hasattr(pair, "components"):  # a revealed mixture: mix the components' lattices
         return _mixed_lattice(pair, h, tail)
-    lo, hi = pair.loss_range(tail)
+    lo, hi = _loss_range(pair, tail)
     # one more cell on each side: an atom at the range's end (a Laplace pair's +-eps0 on a snapped
     # lattice) must not fall outside it by the rounding of the edges
     j_lo, j_hi = math.floor(lo / h) - 1, math.ceil(hi / h) + 1
@@ -96,7 +96,7 @@ def build_lattice(pair, h: float, tail: float) -> Lattice:
     charged = float(np.sum(np.where(kept, 0.0, cp + err_p)))  # to the infinity atom (upper), dropped (lower)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.log(cp) - np.log(cq)  # the cell's loss ratio l* to within `slack`
-    slack = rel_p + rel_q + 4.0 * _U * (np.abs(ratio) + 1.0)
+        slack = np.where(np.isfinite(ratio), rel_p + rel_q + 4.0 * _U * (np.abs(ratio) + 1.0), 0.0)
     usable = kept & np.isfinite(ratio) & (rel_q <= _MAX_REL_ERROR)
     nominal = np.arange(len(cp), dtype=np.int64) + j_lo  # cell k is (e_k, e_{k+1}] in exact arithmetic
     guard = 8.0 * _U * (np.abs(edges[:-1]) + h)  # rounding of j h and of the subtractions below
@@ -166,6 +166,12 @@ def _mixed_lattice(mixture, h: float, tail: float) -> Lattice:
         eta = max(eta, L.rel_error)
     eta += 4.0 * _U * (1 + len(parts))
     return Lattice(start, h, up, down, up_inf * (1.0 + eta), down_q, eta)
+
+
+@functools.lru_cache(maxsize=64)
+def _loss_range(pair, tail: float):
+    """``pair.loss_range(tail)``, once per pair and tail (every refinement round asks again)."""
+    return pair.loss_range(tail)
 
 
 @functools.lru_cache(maxsize=64)

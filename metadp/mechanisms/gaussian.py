@@ -67,7 +67,10 @@ def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
             t = np.maximum(np.abs(a - shift), np.abs(b - shift)) / sigma
             rounding = _U * (64.0 + 8.0 * t * t + 8.0 * t * (np.abs(a) + np.abs(b)) / sigma + 4.0 * len(weights))
             with np.errstate(over="ignore", invalid="ignore"):
-                remainder = _GL_REMAINDER * w**16 * 128.0 * (t**16 + 2027025.0) * np.exp(t * w)
+                w16, t16 = w * w, t * t
+                for _ in range(3):  # 16th powers by squaring
+                    w16, t16 = w16 * w16, t16 * t16
+                remainder = _GL_REMAINDER * w16 * 128.0 * (t16 + 2027025.0) * np.exp(t * w)
             error += mass * (rounding + np.minimum(remainder, 1.0)) * (1.0 + 1e-6)
     return (total, error) if with_error else total
 
@@ -232,21 +235,20 @@ class GaussianMixturePair(DominatingPair):
             low, high = w * special.ndtr(t), w * special.ndtr(-t)
             below_x[finite] += low
             above_x[finite] += high
-            if with_error:
-                rel = ndtr_error(t) + 4.0 * _U * len(weights)
-                err_low[finite] += low * rel
-                err_high[finite] += high * rel
+            rel = ndtr_error(t) + 4.0 * _U * len(weights)
+            err_low[finite] += low * rel
+            err_high[finite] += high * rel
         cdf, sf = (below_x, above_x) if self.direction == "add" else (above_x, below_x)
         err_cdf, err_sf = (err_low, err_high) if self.direction == "add" else (err_high, err_low)
         use_cdf = cdf[1:] <= 0.5  # as DominatingPair.cell_masses: difference on the smaller side
         cells = np.maximum(np.where(use_cdf, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:]), 0.0)
         below, above = float(cdf[0]), float(sf[-1])
         lo, hi = (x[:-1], x[1:]) if self.direction == "add" else (x[1:], x[:-1])
-        # Differences of tail functions lose log10(tail / cell) digits: integrate where that exceeds
-        # 1.2 (the bulk, where cells are tiny next to the CDF values around them, and the far tails).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            side = np.minimum(cdf[1:], sf[:-1])
-            cancelling = side > 16.0 * cells
+        # Differences of tail functions lose log10(tail / cell) digits: integrate where the difference's
+        # error bound exceeds 1e-11 of the cell (the bulk, where cells are tiny next to the CDF values
+        # around them, and the far tails, where ndtr's own error grows with t^2).
+        errors = np.where(use_cdf, err_cdf[1:] + err_cdf[:-1], err_sf[:-1] + err_sf[1:]) + _U * cells
+        cancelling = errors > 1e-11 * cells
         # cells wider than sigma/8 are cut into that many pieces (composite rule), up to 64
         with np.errstate(invalid="ignore", over="ignore"):  # edges at or below the loss floor invert to -inf
             pieces = np.ceil((hi - lo) / (self.sigma / 8.0))
@@ -267,8 +269,7 @@ class GaussianMixturePair(DominatingPair):
         cells[quad] = np.bincount(owner, masses, len(quad))
         if not with_error:
             return cells, below, above
-        errors = np.where(use_cdf, err_cdf[1:] + err_cdf[:-1], err_sf[:-1] + err_sf[1:]) + _U * cells
-        errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad]
+        errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad] + _TINY  # + underflow
         return cells, below, above, errors, float(err_cdf[0]), float(err_sf[-1])
 
     def profile(self, epsilon) -> np.ndarray:
