@@ -7,6 +7,7 @@ to delta, for the notes; and the trajectory of a composed step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Tuple
@@ -22,6 +23,7 @@ __all__ = ["PldResult"]
 _DELTA_SHARE = 1e-5  # fraction of delta spent on each truncation (tails, window)
 _PILOT = 14  # the first lattice puts about 2^_PILOT points across the composed sum's window
 _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
+_UNTILTED_SHARE = 1e-4  # the untilted FFT is used where its round-off is predicted below this share of delta
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 
 
@@ -53,6 +55,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     starts that would (by the last round's time, scaled by the spacing) end after ``max_seconds``.
     """
     start = time.perf_counter()
+    items = _canonical(items)
     n = sum(c for _, c in items)
     tau = _DELTA_SHARE * delta
     tail = _DELTA_SHARE * delta / n
@@ -61,11 +64,14 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     width = max(_window_estimate(pairs, delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
-    lower, upper, size, notes, gap, terms = 0.0, math.inf, 0, [], math.inf, {}
+    lower, upper, size, notes, gap, terms, hints = 0.0, math.inf, 0, [], math.inf, None, {}
     for _ in range(12):
         round_start = time.perf_counter()
         try:
-            found = _round(per_direction, delta, h, tau, tail, max_memory, lower)
+            # the last round's tilts help only once its interval means something (within 20%)
+            informative = math.isfinite(upper) and upper - lower <= 0.2 * upper
+            found = _round(per_direction, delta, h, tau, tail, max_memory, lower, 0.5 * tolerance,
+                           hints if informative else {})
         except MemoryError as err:  # the window estimate was short: widen and retry
             h *= max(1.25, float(err.args[0]) if err.args else 2.0)
             h_floor = max(h_floor, h)
@@ -101,6 +107,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             break
         h = _snap(finer, per_direction)
     if notes and terms:
+        terms = terms()
         notes.append(f"largest term charged to the upper bound: {_dominant(terms)}; the rest of the interval "
                      "is the lattice's discretisation" if math.isfinite(upper) else
                      f"no finite upper bound; what keeps it infinite: {_dominant(terms)}")
@@ -122,6 +129,12 @@ def _width(lower, upper) -> str:
     if not math.isfinite(upper):
         return "no finite upper bound"
     return f"the interval is {(upper - lower) / upper:.2%} of epsilon, wider than the tolerance asked"
+
+
+def _canonical(items):
+    """The items in an order that does not depend on the order of composition (float sums and the FFT
+    product are then the same for Composed([a, b]) and Composed([b, a]))."""
+    return sorted(items, key=lambda item: (repr(item[0]), item[1]))
 
 
 def _items(lattices, which):
@@ -166,13 +179,12 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
 
 
 def _untilted_is_enough(items, flat, size, delta) -> bool:
-    """Whether the untilted FFT's round-off is predicted below 1e-5 delta: E2 ~ n gamma ||x||_2
-    (N / (2 sqrt(pi n) sd))^(1/2), read on an l2 norm of about (N / 2)^(1/2) bins (the prediction only
-    picks the tilt; the bound charged is computed, ``_pld_compose``)."""
-    n = sum(item.count for item in items)
-    norm = max(float(np.linalg.norm(x)) for x, _ in flat.arrays)
-    predicted = n * _comp.fft_gamma(size) * norm * math.sqrt(size / (2.0 * math.sqrt(math.pi * n) * flat.sd))
-    return predicted * math.sqrt(size / 2.0) <= 1e-5 * delta
+    """Whether the untilted FFT's round-off is predicted below ``_UNTILTED_SHARE`` of delta: its l2 bound
+    is about sum_i c_i gamma ||x_i||_2 (``_pld_compose.compose``), read on an l2 norm of about (N / 2)^(1/2)
+    bins. The prediction only picks the tilt; the bound charged is the one computed."""
+    gamma = _comp.fft_gamma(size)
+    predicted = sum(item.count * gamma * float(np.linalg.norm(x)) for item, (x, _) in zip(items, flat.arrays))
+    return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
 
 
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
@@ -199,18 +211,24 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
-def _round(per_direction, delta, h, tau, tail, max_memory, known_lower):
-    """One refinement round: every direction's upper bound, and the lower bound of each direction whose
-    upper bound exceeds the best lower bound known (epsilon is the largest over the directions, so a
-    direction whose upper bound is below that cannot raise the lower bound: its lower is skipped)."""
+def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None):
+    """One refinement round: every direction's upper bound, and lower bounds, largest upper first, until
+    the interval is within ``aim`` of the largest upper bound (epsilon is the largest over the
+    directions, so a direction's lower bound only matters while it could raise the best one: a direction
+    whose upper bound is below the best lower bound known is skipped). ``hints`` (a dict, updated) keeps
+    each direction's tilt (loss units) and upper bound for the next round's tilt."""
+    hints = {} if hints is None else hints
     uppers = []
-    for pairs in per_direction:
+    for d, pairs in enumerate(per_direction):
         lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
-        uppers.append((lattices,) + _upper_epsilon(lattices, delta, h, tau, max_memory))
+        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d))
+        hints[d] = (found[1] / h, found[0])
+        uppers.append((lattices,) + found)
     found, best = [], known_lower
+    top = max(u[1] for u in uppers)
     for lattices, eps_upper, theta, size, terms in sorted(uppers, key=lambda u: -u[1]):
         eps_lower = -math.inf
-        if math.isfinite(eps_upper) and eps_upper > best:
+        if math.isfinite(eps_upper) and eps_upper > best and top - best > aim * top:
             eps_lower, size_low = _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta)
             size = max(size, size_low)
             best = max(best, eps_lower)
@@ -244,11 +262,16 @@ def _direction_bounds(pairs, delta, h, tau, tail, max_memory):
     return _round([pairs], delta, h, tau, tail, max_memory, -math.inf)[0]
 
 
-def _upper_epsilon(lattices, delta, h, tau, max_memory):
+def _upper_epsilon(lattices, delta, h, tau, max_memory, hint=None):
     """(upper epsilon, tilt, FFT size, charged terms) of the composed upper lattices at delta
-    (``_direction_bounds``); the terms are ``_charged_terms`` at the epsilon found."""
+    (``_direction_bounds``); the terms are ``_charged_terms`` at the epsilon found, to be called (only
+    the notes need them). ``hint``: a previous round's (tilt in loss units, upper epsilon) for the same
+    pairs: untilted again, or tilted to centre on that epsilon from that tilt (no fresh search)."""
     up_items = _items(lattices, "up")
-    up, charge, tilted = _upper(up_items, lattices, delta, h, max_memory, None, tau)
+    theta = None
+    if hint is not None and (hint[0] == 0.0 or math.isfinite(hint[1])):
+        theta = 0.0 if hint[0] == 0.0 else _comp.choose_theta(up_items, h, x=hint[1] / h, start=hint[0] * h)[0]
+    up, charge, tilted = _upper(up_items, lattices, delta, h, max_memory, theta, tau)
     eps_upper = _read_upper(up, delta - charge)
     size, theta, used = len(up.values), up.theta, (up, charge)
     if theta > 0 and math.isfinite(eps_upper) and abs(eps_upper / h - tilted.mean) > tilted.sd:
@@ -260,7 +283,7 @@ def _upper_epsilon(lattices, delta, h, tau, max_memory):
             eps_upper, used = eps_again, (again, again_charge)
         else:
             theta = up.theta
-    return eps_upper, theta, size, _charged_terms(*used, delta, eps_upper)
+    return eps_upper, theta, size, functools.partial(_charged_terms, *used, delta, eps_upper)
 
 
 def _charged_terms(total, charge, delta, x):
@@ -321,6 +344,7 @@ def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, 
     lattice refined (halving h) until upper - lower <= tolerance * upper, or the interval stalls, or the
     point or time budget is spent."""
     start = time.perf_counter()
+    items = _canonical(items)
     n = sum(c for _, c in items)
     tau = _DELTA_SHARE * reference
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1

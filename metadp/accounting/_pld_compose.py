@@ -87,32 +87,45 @@ class Item:
     rel_error: float
 
 
+class _Profile:
+    """sum_s pmf_s (1 - e^{x - s h})_+ for pmf on indices first + i, restricted to bins s h > floor, with
+    the cumulative sums precomputed so that each crossing costs one search."""
+
+    def __init__(self, first: int, pmf: np.ndarray, h: float, floor: float):
+        s = (first + np.arange(len(pmf))) * h
+        keep = (pmf > 0) & (s > floor)
+        self.floor, self.s, p = floor, s[keep], pmf[keep]
+        if len(p) == 0:
+            return
+        # On [s_{j-1}, s_j) the profile is A_j - e^x B_j, A_j = sum_{k>=j} p_k, B_j = sum_{k>=j} p_k e^{-s_k}.
+        self.a = np.cumsum(p[::-1])[::-1]
+        with np.errstate(divide="ignore"):  # sums that underflow to 0 have log -inf: no term
+            if self.s[-1] - self.s[0] < 600.0:  # scaled sums do not underflow: plain cumulative sums
+                self.log_b = np.log(np.cumsum((p * np.exp(self.s[0] - self.s))[::-1])[::-1]) - self.s[0]
+            else:
+                self.log_b = np.logaddexp.accumulate((np.log(p) - self.s)[::-1])[::-1]
+        a_next, log_b_next = np.append(self.a[1:], 0.0), np.append(self.log_b[1:], -np.inf)
+        with np.errstate(over="ignore"):
+            self.at_points = a_next - np.exp(self.s + log_b_next)  # the profile at s_j
+
+    def x_at(self, delta: float) -> float:
+        """Smallest x >= floor with the profile <= delta (``floor`` if it holds there)."""
+        if delta <= 0:
+            return math.inf
+        if len(self.s) == 0:
+            return self.floor
+        hits = self.at_points <= delta
+        j = int(np.argmax(hits)) if np.any(hits) else len(self.s) - 1
+        low = self.floor if j == 0 else float(self.s[j - 1])
+        if self.a[j] <= delta:
+            return low
+        x = math.log(self.a[j] - delta) - float(self.log_b[j])
+        return float(min(max(x, low), self.s[j]))
+
+
 def x_at(first: int, pmf: np.ndarray, h: float, delta: float, floor: float) -> float:
     """Smallest x >= ``floor`` with sum_s pmf_s (1 - e^{x - s h})_+ <= delta, pmf on indices first + i."""
-    if delta <= 0:
-        return math.inf
-    s = (first + np.arange(len(pmf))) * h
-    keep = (pmf > 0) & (s > floor)
-    s, p = s[keep], pmf[keep]
-    if len(p) == 0:
-        return floor
-    # On [s_{j-1}, s_j) the profile is A_j - e^x B_j, A_j = sum_{k>=j} p_k, B_j = sum_{k>=j} p_k e^{-s_k}.
-    a = np.cumsum(p[::-1])[::-1]
-    with np.errstate(divide="ignore"):  # sums that underflow to 0 have log -inf: no term
-        if s[-1] - s[0] < 600.0:  # scaled sums do not underflow: plain cumulative sums
-            log_b = np.log(np.cumsum((p * np.exp(s[0] - s))[::-1])[::-1]) - s[0]
-        else:
-            log_b = np.logaddexp.accumulate((np.log(p) - s)[::-1])[::-1]
-    a_next, log_b_next = np.append(a[1:], 0.0), np.append(log_b[1:], -np.inf)
-    with np.errstate(over="ignore"):
-        at_points = a_next - np.exp(s + log_b_next)  # the profile at s_j
-    hits = at_points <= delta
-    j = int(np.argmax(hits)) if np.any(hits) else len(s) - 1
-    low = floor if j == 0 else float(s[j - 1])
-    if a[j] <= delta:
-        return low
-    x = math.log(a[j] - delta) - float(log_b[j])
-    return float(min(max(x, low), s[j]))
+    return _Profile(first, pmf, h, floor).x_at(delta)
 
 
 def profile(first: int, pmf: np.ndarray, h: float, x: float) -> float:
@@ -178,12 +191,16 @@ class TiltedSum:
     support_low: int = None  # the sum's smallest index: a window starting there misses nothing below
 
     def _scale(self, lo: int = 0):
-        s = self.first + lo + np.arange(len(self.values) - lo)
-        return s, np.exp(np.minimum(self.log_scale - self.theta * s, 700.0))
+        if "_log_weights" not in self.__dict__:  # computed once (frozen dataclass: set directly)
+            s = self.first + np.arange(len(self.values), dtype=np.float64)
+            object.__setattr__(self, "_log_weights", self.log_scale - self.theta * s)
+            object.__setattr__(self, "_weights", np.exp(np.minimum(self._log_weights, 700.0)))
+        return self.first + lo + np.arange(len(self.values) - lo), self._weights[lo:]
 
     def untilted(self) -> np.ndarray:
-        _, scale = self._scale()
-        return np.maximum(self.values, 0.0) * scale
+        if "_untilted" not in self.__dict__:
+            object.__setattr__(self, "_untilted", np.maximum(self.values, 0.0) * self._scale()[1])
+        return self._untilted
 
     def error_norm(self, x: float) -> float:
         """||g||_2 for g(s) = e^{log_scale - theta s} (1 - e^{x - s h})_+ over the window."""
@@ -211,10 +228,10 @@ class TiltedSum:
         target = budget * math.exp(-self.log_factor) - len(self.values) * 1e-300
         if target <= 0:
             return math.inf
-        pmf = self.untilted()
-        first = x_at(self.first, pmf, self.h, target, floor)
+        found = _Profile(self.first, self.untilted(), self.h, floor)
+        first = found.x_at(target)
         room = target - self.error * self.error_norm(first)  # the error term only shrinks as x grows
-        return x_at(self.first, pmf, self.h, room, floor) if room > 0 else math.inf
+        return found.x_at(room) if room > 0 else math.inf
 
     def weights(self) -> np.ndarray:
         """e^{log_scale - theta s} over the window: a bin's untilting factor."""
@@ -345,13 +362,14 @@ def _fold(pmf: np.ndarray, size: int) -> Tuple[np.ndarray, int]:
     return padded.reshape(terms, size).sum(axis=0), terms
 
 
-def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, np.ndarray]:
-    """spectrum ** count in polar form, and per frequency a bound on its distance from the exact power of
-    the exact spectrum, given |computed - exact| <= ``bound`` at every frequency (module docstring).
+def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, np.ndarray, float]:
+    """spectrum ** count in polar form; per frequency a bound on its distance from the exact power of the
+    exact spectrum, given ||computed - exact||_2 <= ``bound`` (so at every frequency too); and a bound
+    on that distance's l2 norm over the full spectrum (module docstring).
     Only frequencies where (|y| + bound)^(count - 1) exceeds e^-740 are worked on: elsewhere both the
     power and its error bound are below 1e-300 (charged as such)."""
     if count == 1:
-        return spectrum, np.full(len(spectrum), bound)
+        return spectrum, np.full(len(spectrum), bound), bound
     modulus = np.abs(spectrum)
     with np.errstate(divide="ignore"):
         log_reach = (count - 1) * np.log(modulus + bound)
@@ -374,27 +392,18 @@ def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, 
     out[live] = power
     err[live] = (count * bound * np.exp(np.minimum(log_reach[live], 700.0)) + np.abs(power) * rounding + lost) \
         * (1.0 + 1e-9)
-    return out, err
+    # in l2 (the full spectrum's norm): ||c (y - Y) max(|y|, |Y|)^(c-1)|| <= c ||y - Y|| max(...)^(c-1), and
+    # ||y - Y|| <= bound itself (Higham's bound is on the norm), plus the evaluation's rounding
+    rest = np.zeros(len(spectrum))
+    rest[live] = np.abs(power) * rounding + lost
+    l2 = (count * bound * math.exp(min(float(np.max(log_reach, initial=-np.inf)), 700.0))
+          + math.sqrt(2.0 * float(np.dot(rest, rest))) + 1e-300 * math.sqrt(2.0 * len(spectrum))) * (1.0 + 1e-9)
+    return out, err, l2
 
 
 def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0) -> TiltedSum:
     """The tilted sum on the window [first, first + size) by FFT powers of length ``size`` (a power of 2)."""
     gamma = fft_gamma(size)
-    spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
-    error = np.zeros(size // 2 + 1)
-    log_factor, offset = tilted.log_factor, 0
-    for item, (x, _) in zip(tilted.items, tilted.arrays):
-        folded, terms = _fold(x, size)
-        log_factor += item.count * log_inverse(terms * _U)  # the folding's sums
-        offset += item.count * item.start
-        y = sfft.rfft(folded, size)
-        bound = gamma * math.sqrt(size) * float(np.linalg.norm(folded))  # |error| at any one frequency
-        power, power_err = _power(y, item.count, bound)
-        # |a b - A B| <= |a - A| (|b| + eb) + |b - B| |A|, for the running product A and this factor B
-        error = error * (np.abs(power) + power_err) + power_err * np.abs(spectrum)
-        spectrum = spectrum * power
-        error += 4.0 * _U * np.abs(spectrum)
-    values = np.roll(sfft.irfft(spectrum, size), -((first - offset) % size))
     weight = np.full(size // 2 + 1, 2.0)
     weight[0] = 1.0
     weight[-1] = 1.0
@@ -402,7 +411,25 @@ def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0)
     def full(v):  # the full spectrum's l2 norm from the half one
         return math.sqrt(float(np.dot(weight, v * v)))
 
-    e2 = (full(error) + gamma * full(np.abs(spectrum))) / math.sqrt(size) * (1.0 + 1e-9)
+    spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
+    error = np.zeros(size // 2 + 1)  # per frequency
+    error_l2 = 0.0  # of the whole error vector: the smaller of the two is used
+    log_factor, offset = tilted.log_factor, 0
+    for item, (x, _) in zip(tilted.items, tilted.arrays):
+        folded, terms = _fold(x, size)
+        log_factor += item.count * log_inverse(terms * _U)  # the folding's sums
+        offset += item.count * item.start
+        y = sfft.rfft(folded, size)
+        bound = gamma * math.sqrt(size) * float(np.linalg.norm(folded))  # Higham: ||error||_2 of the full FFT
+        power, power_err, power_l2 = _power(y, item.count, bound)
+        # A B - a b = (A - a) b + A (B - b) for the running product A and this factor B (a, b exact)
+        error_l2 = error_l2 * float(np.max(np.abs(power) + power_err)) + float(np.max(np.abs(spectrum))) * power_l2
+        error = error * (np.abs(power) + power_err) + power_err * np.abs(spectrum)
+        spectrum = spectrum * power
+        error += 4.0 * _U * np.abs(spectrum)
+        error_l2 += 4.0 * _U * full(np.abs(spectrum))
+    values = np.roll(sfft.irfft(spectrum, size), -((first - offset) % size))
+    e2 = (min(full(error), error_l2) + gamma * full(np.abs(spectrum))) / math.sqrt(size) * (1.0 + 1e-9)
     # untilting e^{log_scale - theta s} is computed with an exponent good to u (|log_scale| + |theta s|)
     # each (the sum log_scale of the counts' k, the product theta s, the difference), and summing a
     # window of masses adds at most size ulps: both relative, folded into the factor
