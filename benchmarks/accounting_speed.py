@@ -1,32 +1,45 @@
 """Speed of metadp's accountants against dp-accounting and prv-accountant on common plans.
 
-Run: ``python benchmarks/accounting_speed.py`` (a few minutes: dp-accounting's PLD takes tens of
-seconds on the long plans). First the RDP accountants; Prints, for each plan, both
-epsilons and the median wall time over several repeats of "build accountant, compose the plan, get
-epsilon" (time.perf_counter). metadp is timed cold: its process-level RDP-curve cache
-(``rdp_accountant._cached_curve``) is cleared before every repeat, so caching does not flatter it.
-Then: the cost of a 10,000-point ``trajectory`` relative to one ``get_epsilon`` (both cold), and,
-if ``metadp.accounting.calibration`` exists, the time of ``calibrate_noise`` on the default plan.
-Then the PLD accountants on the plans of issue 3: metadp's certified interval and its width, dp-accounting's
-PLD (discretisation 1e-4, one number, not certified) and prv-accountant's interval (eps_error 0.01),
-with median times and ratios; the rate-1e-6, 1e8-step plan; and PLD calibration.
+Run: ``python benchmarks/accounting_speed.py [--sections rdp,pld,tiny,episodic]`` (a few minutes:
+prv-accountant takes tens of seconds on the long plans).
 
-What differs between the two (see tests/crosscheck/test_dp_accounting.py): metadp optimises the
-order continuously over a wider grid (so its epsilon is a little lower), evaluates fractional orders
+Times are CPU times of this process (``time.process_time``), medians over several repeats of "build
+accountant, compose the plan, get epsilon", with every BLAS/OpenMP pool held to one thread (set below,
+before numpy loads): on a machine whose cores are shared, wall time measures the neighbours as much as
+the code, and a two-thread BLAS pool fighting over them made a 16k-element dot product 15x slower.
+Both libraries run under the same settings. metadp is timed cold: its process-level caches (RDP curves,
+PLD lattices, loss ranges, dominating pairs) are cleared before every repeat.
+
+Sections: ``rdp`` the RDP accountants on common plans, a 10,000-point trajectory, RDP calibration.
+``pld`` the PLD accountants on the plans of issue 3: metadp's certified interval and its width,
+dp-accounting's PLD (discretisation 1e-4, one number, not certified) and RDP, prv-accountant's interval
+(eps_error 0.01), all in the same run, and the two ratios of issue 18: the median speed-up of metadp's
+PLD over dp-accounting's PLD, and metadp's PLD time over dp-accounting's RDP time on the ordinary plans
+(all but the 1e6-step, rate-1e-4 one); then the rate-1e-6, 1e8-step plan and PLD calibration. ``tiny``
+the tiny-delta, long-run plans of issue 18 (delta down to 1e-12, steps up to 1e7), each checked for
+metadp's upper bound being at or above every certified lower bound and within 0.5% of the best upper
+bound of the three libraries. ``episodic`` record-level accounting of the default DP-MAML episodes.
+
+What differs between the RDP accountants (see tests/crosscheck/test_dp_accounting.py): metadp optimises
+the order continuously over a wider grid (so its epsilon is a little lower), evaluates fractional orders
 of the Poisson-subsampled Gaussian by quadrature without cancellation, and for fixed-size sampling
 uses Wang-Balle-Kasiviswanathan Thm 9 where dp-accounting also uses the tighter Thm 27 at orders <= 256.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
-import platform
-import statistics
-import sys
-import time
-from pathlib import Path
+
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy loads
+    os.environ.setdefault(_name, "1")
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -71,16 +84,16 @@ def _plans():
 
 
 def _median_time(run, cold=None):
-    """Median wall time of run() over up to REPEATS repeats (fewer if it exceeds the budget)."""
+    """Median CPU time of run() over up to REPEATS repeats (fewer if they exceed the budget)."""
     times, value = [], None
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(REPEATS):
         if cold is not None:
             cold()
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         value = run()
-        times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > TIME_BUDGET_S:
+        times.append(time.process_time() - t0)
+        if time.process_time() - start > TIME_BUDGET_S:
             break
     return statistics.median(times), value, len(times)
 
@@ -115,8 +128,8 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
     if de is not None:
         from importlib import metadata
-        print(f"dp-accounting {metadata.version('dp-accounting')}; "
-              f"median of up to {REPEATS} cold repeats (metadp curve cache cleared before each)")
+        print(f"dp-accounting {metadata.version('dp-accounting')}; CPU time (time.process_time), BLAS threads "
+              f"{os.environ['OPENBLAS_NUM_THREADS']}; median of up to {REPEATS} cold repeats")
     print()
     if "rdp" in sections:
         _rdp_section()
@@ -251,10 +264,10 @@ def _pld_section():
     print(f"RATIO metadp PLD time / dp-accounting RDP time on the {len(versus_rdp)} ordinary plans: median "
           f"{statistics.median(r for r, _ in versus_rdp):.2f}x, largest {worst[0]:.2f}x ({worst[1]})")
     _pld_cold()
-    t = time.perf_counter()
+    t = time.process_time()
     r = PldAccountant().compose(PoissonSampled(1e-6, Gaussian(1.0)), 10**8).get_epsilon_bounds(1e-6)
     print(f"{'q=1e-6 z=1 T=1e8 (metadp only)':36s} [{r.epsilon_lower:10.5f}, {r.epsilon_upper:10.5f}] "
-          f"{_fmt_time(time.perf_counter() - t)}  (lattice h={r.h:.2g}, FFT size {r.fft_size:,}); "
+          f"{_fmt_time(time.process_time() - t)}  (lattice h={r.h:.2g}, FFT size {r.fft_size:,}); "
           f"notes: {'; '.join(r.notes) or 'none'}")
 
     def calibrate():
@@ -270,21 +283,22 @@ def _tiny_delta_section():
     """Issue 18's tightness check on tiny-delta, long-run plans: one cold run of each library."""
     from metadp.accounting.pld import PldAccountant
 
-    print("\nTiny delta, long runs (one cold run each; prv-accountant eps_error 0.01, delta_error delta/1000):")
+    print("\nTiny delta, long runs (one cold run each; prv-accountant eps_error 0.01, delta_error delta/1000, "
+          f"stopped after {PRV_TIME_LIMIT_S:g} s; its time is wall time, in a child process):")
     header = (f"{'rate, noise, steps, delta':30s} {'metadp [lower, upper]':>24s} {'time':>10s} {'dp-acc PLD':>10s} "
               f"{'time':>10s} {'prv [lower, upper]':>22s} {'time':>10s}  check")
     print(header)
     print("-" * len(header))
     for q, z, steps, delta in _TINY_DELTA_PLANS:
         _pld_cold()
-        t = time.perf_counter()
+        t = time.process_time()
         r = PldAccountant().compose(PoissonSampled(q, Gaussian(z)), steps).get_epsilon_bounds(delta)
-        t_m = time.perf_counter() - t
-        t = time.perf_counter()
+        t_m = time.process_time() - t
+        t = time.process_time()
         e_d = _dp_pld(q, z, steps, delta)
-        t_d = time.perf_counter() - t
+        t_d = time.process_time() - t
         t = time.perf_counter()
-        prv = _prv_bounds(q, z, steps, delta)
+        prv = _prv_bounds(q, z, steps, delta, limit=PRV_TIME_LIMIT_S)
         t_p = time.perf_counter() - t
         uppers = [r.epsilon_upper, e_d] + ([prv[1]] if prv else [])
         lowers = [r.epsilon_lower] + ([prv[0]] if prv else [])
@@ -324,31 +338,55 @@ def _episodic_section():
     probs = stats.binom.pmf(ks, 1600, 1 / 2300)
     keep = probs > 1e-30
     mixture = de.MixtureOfGaussiansDpEvent(1.0, list(2.0 * ks[keep]), list(probs[keep] / probs[keep].sum()))
-    t = time.perf_counter()
+    t = time.process_time()
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-2)
     acc.compose(mixture, 250)
     e_d = acc.get_epsilon(1e-6)
-    t_d = time.perf_counter() - t
+    t_d = time.process_time() - t
     print(f"  metadp hidden binomial K~Bin(1600, 1/2300) [{h.epsilon_lower:.3f}, {h.epsilon_upper:.3f}] "
           f"{_fmt_time(t_h)}")
     print(f"  dp-accounting mixture of Gaussians (1e-2)  {e_d:.3f}  {_fmt_time(t_d)}  -> "
           f"{t_d / t_h:.0f}x the metadp time for the same model; hidden/dp-acc = {h.epsilon_upper / e_d:.5f}")
 
 
-def _prv_bounds(q, z, steps, delta):
-    """prv-accountant's certified (lower, upper), or None (not installed, or it refuses the plan)."""
-    try:
-        from prv_accountant import PRVAccountant
-        from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMechanism
-    except ImportError:
-        return None
+PRV_TIME_LIMIT_S = 120.0  # prv-accountant can spend 15 minutes before refusing a plan (delta 1e-12)
+
+
+def _prv_worker(q, z, steps, delta, out):
+    from prv_accountant import PRVAccountant
+    from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMechanism
     acc = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=z, sampling_probability=q)],
                         max_self_compositions=[steps], eps_error=0.01, delta_error=delta / 1000)
     try:
         lower, _, upper = acc.compute_epsilon(delta=delta, num_self_compositions=[steps])
+        out.put((lower, upper))
     except ValueError:  # e.g. "Floating point errors will dominate for such small values of delta"
+        out.put(None)
+
+
+def _prv_bounds(q, z, steps, delta, limit=None):
+    """prv-accountant's certified (lower, upper), or None (not installed, refused, or over the time
+    ``limit``: then it runs in a child process, stopped at the limit)."""
+    try:
+        import prv_accountant  # noqa: F401  (installed?)
+    except ImportError:
         return None
-    return lower, upper
+    import multiprocessing
+    import queue
+    if limit is None:
+        out = queue.Queue()
+        _prv_worker(q, z, steps, delta, out)
+        return out.get()
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_prv_worker, args=(q, z, steps, delta, out))
+    child.start()
+    child.join(limit)
+    if child.is_alive():
+        child.terminate()
+        child.join()
+        return None
+    return out.get() if not out.empty() else None
 
 
 def _prv(q, z, steps, delta):

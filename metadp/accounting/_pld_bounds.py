@@ -15,6 +15,7 @@ from typing import Tuple
 import numpy as np
 
 from metadp.accounting import _pld_compose as _comp
+from metadp.accounting import _pld_event as _event
 from metadp.accounting import _pld_lattice as _lat
 
 __all__ = ["PldResult"]
@@ -224,11 +225,15 @@ def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0,
         found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d))
         hints[d] = (found[1] / h, found[0])
         uppers.append((lattices,) + found)
-    found, best = [], known_lower
+    found, best, tried = [], known_lower, 0
     top = max(u[1] for u in uppers)
     for lattices, eps_upper, theta, size, terms in sorted(uppers, key=lambda u: -u[1]):
         eps_lower = -math.inf
-        if math.isfinite(eps_upper) and eps_upper > best and top - best > aim * top:
+        # once one direction's lower bound leaves the interval twice the aim, this round will not end
+        # the refinement: the other directions' (about as far below their own uppers) are skipped
+        hopeless = tried and top - best > 2.0 * aim * top
+        if math.isfinite(eps_upper) and eps_upper > best and top - best > aim * top and not hopeless:
+            tried += 1
             eps_lower, size_low = _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta)
             size = max(size, size_low)
             best = max(best, eps_lower)
@@ -247,7 +252,7 @@ def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
     # tilted sum on P's (about theta + h, the tilt that turns Q's loss law into P's)
     theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=theta + h)
     q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size, h)
-    eps_lower = _comp.certified_lower(p_sum, q_sum, delta, eps_upper)
+    eps_lower = _event.certified_lower(p_sum, q_sum, delta, eps_upper)
     return eps_lower - 1e-14 * abs(eps_lower), size  # the crossing's own rounding, downward
 
 
@@ -336,7 +341,7 @@ def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
     p_sum = _comp.compose(tilted, first, size, h, alias=outside)
     theta_q, _ = _comp.choose_theta(q_items, h, x=tilted.mean, start=up.theta + h)
     q_sum = _comp.compose(_comp.tilt(q_items, theta_q), first, size, h)
-    return _comp.certified_lower_delta(p_sum, q_sum, epsilon, max(upper, tau)), upper
+    return _event.certified_lower_delta(p_sum, q_sum, epsilon, max(upper, tau)), upper
 
 
 def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, max_seconds=math.inf):

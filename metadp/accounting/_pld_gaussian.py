@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Optional, Tuple
 
-import numpy as np
 from scipy import special
 
 from metadp.mechanisms.gaussian import GaussianMixturePair, ndtr_error
