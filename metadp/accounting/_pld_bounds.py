@@ -88,7 +88,9 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
         if math.isfinite(upper) and gap <= 0.5 * tolerance * upper:  # aim at half the tolerance
             break
         within = math.isfinite(upper) and gap <= tolerance * upper  # stopping here is no shortfall
-        if gap > 0.8 * previous:  # refining no longer pays: round-off or truncation dominates
+        # refining no longer pays: round-off or truncation dominates (without a lower bound, e.g. where
+        # the Q-masses underflow at losses beyond ~700 per step, judged by the upper bound's progress)
+        if (gap > 0.8 * previous) if lower > 0.0 else (previous - gap < 0.25 * tolerance * upper):
             if not within:
                 notes.append(f"refinement stalled at h = {h:.3g}: {_width(lower, upper)}")
             break
@@ -407,6 +409,8 @@ def _loss_moments(pair):
     if hasattr(pair, "components"):
         first = second = 0.0
         for w, part in zip(pair.weights, pair.components):
+            if w <= 0.0:
+                continue
             found = (0.0, 0.0) if part is None else _loss_moments(part)
             if found is None:
                 return None

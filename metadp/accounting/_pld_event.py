@@ -70,6 +70,7 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
         log_b = np.logaddexp(np.log(np.maximum(q_sum.values, 0.0)) + q_sum.log_factor, -690.0) + log_wq
     log_cut = math.log(1e-3 * budget)
     keep = np.isfinite(log_a) & (math.log(p_sum.error + 1e-300) + log_wp <= log_cut)
+    keep &= log_a - log_b > x0 - 600.0  # bins 600 below x0 in loss only count at x far below the answer
     for rounds in range(2):  # the second time with the answer's estimate for the Q cut
         if not np.any(keep):
             return None
