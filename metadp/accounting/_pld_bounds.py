@@ -13,6 +13,7 @@ import time
 from typing import Tuple
 
 import numpy as np
+from scipy import fft as sfft
 
 from metadp.accounting import _pld_compose as _comp
 from metadp.accounting import _pld_event as _event
@@ -62,7 +63,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     tail = _DELTA_SHARE * delta / n
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
-    width = max(_window_estimate(pairs, delta) for pairs in per_direction)
+    width = max(_lat.window_estimate(pairs, _DELTA_SHARE * delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
     lower, upper, size, notes, gap, terms, hints = 0.0, math.inf, 0, [], math.inf, None, {}
@@ -156,7 +157,7 @@ _STEPS = np.geomspace(1e-4, 16.0, 12)
 
 def _window(items, tilted, level, max_memory, steps=_STEPS):
     """The FFT window [first, first + size) for the tilted sum: its Chernoff quantiles at ``level`` on
-    each side (the whole support when that is shorter), size a power of 2; also the log bound on the
+    each side (the whole support when that is shorter), size 2-3-5-smooth; also the log bound on the
     exact untilted mass above it and the tilted mass outside it (which the FFT wraps in)."""
     low = sum(item.count * item.start for item in items)
     high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
@@ -168,7 +169,7 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
     log_level = math.log(level)
     top = min(high, math.ceil(float(np.min((up - log_level) / steps))))
     first = max(low, math.floor(float(np.max((log_level - down) / steps))))
-    size = 1 << max(10, math.ceil(math.log2(top - first + 2)))
+    size = sfft.next_fast_len(max(1024, top - first + 2), real=True)  # 2-3-5-smooth
     if size * 16 * 6 > max_memory:
         raise MemoryError(1.05 * size * 16 * 6 / max_memory)  # how much wider h must be
     if size >= high - low + 1:
@@ -258,20 +259,9 @@ def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
     return eps_lower - 1e-14 * abs(eps_lower), size  # the crossing's own rounding, downward
 
 
-def _direction_bounds(pairs, delta, h, tau, tail, max_memory):
-    """(lower, upper, fft size, charged terms) for one direction's pairs at spacing h (``_pld_lattice``,
-    ``_pld_compose``).
-
-    The tilt centres the tilted sum on the epsilon sought when the untilted FFT's round-off would
-    matter (``_untilted_is_enough``); when the upper bound found lies more than a standard deviation
-    from the tilted mean, the sum is tilted once more, centred on it. The lower bound's sums use the
-    same tilt."""
-    return _round([pairs], delta, h, tau, tail, max_memory, -math.inf)[0]
-
-
 def _upper_epsilon(lattices, delta, h, tau, max_memory, hint=None):
     """(upper epsilon, tilt, FFT size, charged terms) of the composed upper lattices at delta
-    (``_direction_bounds``); the terms are ``_charged_terms`` at the epsilon found, to be called (only
+    (``_round``); the terms are ``_charged_terms`` at the epsilon found, to be called (only
     the notes need them). ``hint``: a previous round's (tilt in loss units, upper epsilon) for the same
     pairs: untilted again, or tilted to centre on that epsilon from that tilt (no fresh search)."""
     up_items = _items(lattices, "up")
@@ -331,7 +321,7 @@ def _read_upper(total, budget):
 
 def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
     """(lower, upper) bounds on delta(epsilon) for one direction's pairs at spacing h (as
-    ``_direction_bounds``: the upper lattice's profile plus what is charged; the lower bound's event)."""
+    ``_round``: the upper lattice's profile plus what is charged; the lower bound's event)."""
     lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
     up, charge, _ = _upper(_items(lattices, "up"), lattices, None, h, max_memory, None, tau, x=epsilon)
     upper = min(1.0, up.upper_profile(epsilon) + charge)
@@ -356,7 +346,7 @@ def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, 
     tau = _DELTA_SHARE * reference
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
-    width = max(_window_estimate(pairs, reference) for pairs in per_direction)
+    width = max(_lat.window_estimate(pairs, _DELTA_SHARE * reference) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**14, h_floor), per_direction)
     lower, upper, gap = 0.0, 1.0, math.inf
@@ -378,59 +368,9 @@ def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, 
     return lower, upper
 
 
-def _window_estimate(pairs, delta: float) -> float:
-    """Approximate width (in loss units) of the composed sum's window plus one step's support (it only
-    sizes the first lattice spacing)."""
-    n = sum(c for _, c in pairs)
-    variance, support = 0.0, 0.0
-    for pair, c in pairs:
-        lo, hi = _lat._loss_range(pair, _DELTA_SHARE * delta / n)
-        # A loss range can collapse to a point in float (a Gaussian with z <= 0.05 under Poisson sampling,
-        # remove direction: the loss is -log(1 - q) to 1e-80 on all but a 1e-80 tail); keep a positive width.
-        hi = max(hi, lo + 1e-6 * max(1.0, abs(lo), abs(hi)))
-        moments = _loss_moments(pair)
-        if moments is None:  # a coarse lattice's
-            coarse = _lat.lattice_cached(pair, (hi - lo) / 512.0, _DELTA_SHARE * delta / n)
-            idx = (np.arange(len(coarse.up)) + coarse.start) * coarse.h
-            mass = float(coarse.up.sum())
-            mean = float(np.dot(coarse.up, idx)) / mass
-            moments = (mean, float(np.dot(coarse.up, (idx - mean) ** 2)) / mass)
-        variance += c * moments[1]
-        support = max(support, hi - lo)
-    return 14.0 * math.sqrt(variance) + support
-
-
-_GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)
-
-
-def _loss_moments(pair):
-    """(mean, variance) of the privacy loss under P for a Gaussian mixture pair (or a revealed mixture
-    of them), by 64-point Gauss-Hermite quadrature per component; None for other pairs."""
-    if hasattr(pair, "components"):
-        first = second = 0.0
-        for w, part in zip(pair.weights, pair.components):
-            if w <= 0.0:
-                continue
-            found = (0.0, 0.0) if part is None else _loss_moments(part)
-            if found is None:
-                return None
-            first += w * found[0]
-            second += w * (found[1] + found[0] ** 2)
-        return first, max(second - first * first, 0.0)
-    if not all(hasattr(pair, name) for name in ("weights", "shifts", "sigma", "direction")):
-        return None
-    weights, shifts = (pair.weights, pair.shifts) if pair.direction == "add" else ([1.0], [0.0])
-    first = second = 0.0
-    for w, shift in zip(weights, shifts):
-        loss = pair.log_ratio(shift + pair.sigma * math.sqrt(2.0) * _GH_X)
-        first += w * float(np.dot(_GH_W, loss)) / math.sqrt(math.pi)
-        second += w * float(np.dot(_GH_W, loss * loss)) / math.sqrt(math.pi)
-    return first, max(second - first * first, 0.0)
-
-
 def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:
     """Upper bounds for base + t x step, t in counts, on the given lattices (each count as in
-    ``_direction_bounds``, sharing the lattices)."""
+    ``_round``'s upper bounds, sharing the lattices)."""
     tau = _DELTA_SHARE * delta
     out = np.zeros(len(counts))
     for i, t in enumerate(counts):

@@ -16,8 +16,9 @@ Error terms (all bounds, all charged on the pessimistic side of each bound):
   (1 +- eta')^n of the one of the stored masses, bin by bin: ``log_factor``.
 * FFT: ||fl(FFT x) - FFT x||_2 <= gamma ||FFT x||_2, gamma = m eta / (1 - m eta), m = log2(size),
   eta = mu + gamma_4 (sqrt 2 + mu) for twiddles accurate to mu (Higham 2002, "Accuracy and Stability of
-  Numerical Algorithms", Thm 24.2; radix 2). We take eta = 10 u for pocketfft's radix-4 and real-input
-  passes on power-of-two sizes (measured: about 0.15 u log2(size); tests/accounting/test_pld_compose.py).
+  Numerical Algorithms", Thm 24.2; radix 2). We take eta = 10 u per stage and m = ceil(log2(size)), at
+  least the number of stages, for pocketfft's radix-2/3/4/5 and real-input passes on 2-3-5-smooth sizes
+  (measured: 0.15-0.19 u log2(size), a margin of about 55; tests/accounting/test_pld_compose.py).
 * Power: |a^c - b^c| <= c |a - b| max(|a|, |b|)^(c-1) per frequency, plus the polar evaluation's
   rounding (c ulps of log|a| and arg a); products of several spectra add their errors likewise. The
   error is carried both per frequency and as an l2 norm (Higham's bound is one on the norm), and the
@@ -50,7 +51,8 @@ def log_inverse(rel: float) -> float:
 
 
 def fft_gamma(size: int) -> float:
-    """gamma with ||fl(rfft(x)) - rfft(x)||_2 <= gamma ||rfft(x)||_2 (module docstring), size a power of 2."""
+    """gamma with ||fl(rfft(x)) - rfft(x)||_2 <= gamma ||rfft(x)||_2 (module docstring), for size a
+    2-3-5-smooth number (ceil(log2 size) bounds the number of its stages)."""
     levels = max(1, math.ceil(math.log2(size)))
     eta = 10.0 * _U
     return levels * eta / (1.0 - levels * eta)
@@ -290,11 +292,12 @@ def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, 
 
 
 def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0) -> TiltedSum:
-    """The tilted sum on the window [first, first + size) by FFT powers of length ``size`` (a power of 2)."""
+    """The tilted sum on the window [first, first + size) by FFT powers of length ``size`` (2-3-5-smooth)."""
     gamma = fft_gamma(size)
     weight = np.full(size // 2 + 1, 2.0)
     weight[0] = 1.0
-    weight[-1] = 1.0
+    if size % 2 == 0:
+        weight[-1] = 1.0  # the Nyquist frequency appears once in the full spectrum
 
     def full(v):  # the full spectrum's l2 norm from the half one
         return math.sqrt(float(np.dot(weight, v * v)))

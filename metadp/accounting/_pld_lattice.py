@@ -1,4 +1,5 @@
-"""Lattice discretisation of one dominating pair (PLD internals; composition in ``_pld_compose``).
+"""Lattice discretisation of one dominating pair (PLD internals; composition in ``_pld_compose``), and
+the loss moments that size the first lattice (``window_estimate``).
 
 A pair (P, Q) with privacy loss L = log dP/dQ is cut into loss cells (e_k, e_k + h] on the lattice
 h Z; the pair gives each cell's exact P- and Q-masses. Two discrete losses come out of the cells:
@@ -49,6 +50,7 @@ __all__ = []
 
 _U = 2.0**-53  # unit round-off of float64
 _MAX_REL_ERROR = 1e-9  # cells less accurate than this go to the infinity atom (upper) or are dropped (lower)
+_GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)  # loss moments (they only size the first lattice)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,3 +179,51 @@ def _loss_range(pair, tail: float):
 @functools.lru_cache(maxsize=64)
 def lattice_cached(pair, h: float, tail: float) -> Lattice:
     return build_lattice(pair, h, tail)
+
+
+def window_estimate(pairs, tau: float) -> float:
+    """Approximate width (in loss units) of the composed sum's window plus one step's support, for the
+    truncation ``tau`` of the whole sum (it only sizes the first lattice spacing)."""
+    n = sum(c for _, c in pairs)
+    variance, support = 0.0, 0.0
+    for pair, c in pairs:
+        lo, hi = _loss_range(pair, tau / n)
+        # A loss range can collapse to a point in float (a Gaussian with z <= 0.05 under Poisson sampling,
+        # remove direction: the loss is -log(1 - q) to 1e-80 on all but a 1e-80 tail); keep a positive width.
+        hi = max(hi, lo + 1e-6 * max(1.0, abs(lo), abs(hi)))
+        moments = loss_moments(pair)
+        if moments is None:  # a coarse lattice's
+            coarse = lattice_cached(pair, (hi - lo) / 512.0, tau / n)
+            idx = (np.arange(len(coarse.up)) + coarse.start) * coarse.h
+            mass = float(coarse.up.sum())
+            mean = float(np.dot(coarse.up, idx)) / mass
+            moments = (mean, float(np.dot(coarse.up, (idx - mean) ** 2)) / mass)
+        variance += c * moments[1]
+        support = max(support, hi - lo)
+    return 14.0 * math.sqrt(variance) + support
+
+
+
+def loss_moments(pair):
+    """(mean, variance) of the privacy loss under P for a Gaussian mixture pair (or a revealed mixture
+    of them), by 64-point Gauss-Hermite quadrature per component; None for other pairs."""
+    if hasattr(pair, "components"):
+        first = second = 0.0
+        for w, part in zip(pair.weights, pair.components):
+            if w <= 0.0:
+                continue
+            found = (0.0, 0.0) if part is None else loss_moments(part)
+            if found is None:
+                return None
+            first += w * found[0]
+            second += w * (found[1] + found[0] ** 2)
+        return first, max(second - first * first, 0.0)
+    if not all(hasattr(pair, name) for name in ("weights", "shifts", "sigma", "direction")):
+        return None
+    weights, shifts = (pair.weights, pair.shifts) if pair.direction == "add" else ([1.0], [0.0])
+    first = second = 0.0
+    for w, shift in zip(weights, shifts):
+        loss = pair.log_ratio(shift + pair.sigma * math.sqrt(2.0) * _GH_X)
+        first += w * float(np.dot(_GH_W, loss)) / math.sqrt(math.pi)
+        second += w * float(np.dot(_GH_W, loss * loss)) / math.sqrt(math.pi)
+    return first, max(second - first * first, 0.0)
