@@ -22,9 +22,10 @@ _U = 2.0**-53
 _TINY = 1e-290  # below this a CDF value carries no relative accuracy: the closed form is not used
 
 
-def gaussian_mu(items) -> Optional[float]:
-    """mu of the composition when every item is a plain Gaussian pair (one shift, both directions
-    alike), else None."""
+def gaussian_mu(items) -> Optional[Tuple[float, float]]:
+    """(mu, its relative rounding bound) of the composition when every item is a plain Gaussian pair
+    (one shift, both directions alike), else None. mu^2 = sum_i c_i (s_i / sigma_i)^2: a quotient, a
+    square, a product and a sum per item, then a square root, each to an ulp."""
     total = 0.0
     for pairs, count in items:
         if pairs is None or len(pairs) != 1:
@@ -33,7 +34,7 @@ def gaussian_mu(items) -> Optional[float]:
         if not isinstance(pair, GaussianMixturePair) or len(pair.shifts) != 1:
             return None
         total += count * (float(pair.shifts[0]) / pair.sigma) ** 2
-    return math.sqrt(total) if total > 0 else None
+    return (math.sqrt(total), 4.0 * _U * (len(items) + 2)) if total > 0 else None
 
 
 def _terms(mu: float, eps: float):
@@ -49,21 +50,27 @@ def _terms(mu: float, eps: float):
     return big_a, big_b, error, phi_b
 
 
-def gaussian_delta_bounds(mu: float, eps: float) -> Optional[Tuple[float, float]]:
-    """(lower, upper) on delta(eps) of mu-GDP, or None where a CDF value is too small to trust."""
-    big_a, big_b, error, phi_b = _terms(mu, eps)
-    if big_a - big_b > 0 and (phi_b < _TINY or big_a < _TINY):
-        return None
-    value = big_a - big_b
-    return max(0.0, value - error), min(1.0, max(0.0, value) + error)
+def gaussian_delta_bounds(mu, eps: float) -> Optional[Tuple[float, float]]:
+    """(lower, upper) on delta(eps) of mu-GDP, ``mu`` = (mu, relative error) as from ``gaussian_mu``
+    (delta grows with mu: the lower bound is taken at mu's lower end, the upper at its upper end), or
+    None where a CDF value is too small to trust."""
+    mu, rel = mu
+    out = []
+    for m in (mu * (1.0 - rel), mu * (1.0 + rel)):
+        big_a, big_b, error, phi_b = _terms(m, eps)
+        if big_a - big_b > 0 and (phi_b < _TINY or big_a < _TINY):
+            return None
+        out.append(big_a - big_b + (error if out else -error))
+    return max(0.0, out[0]), min(1.0, max(0.0, out[1]))
 
 
-def gaussian_epsilon_bounds(mu: float, delta: float) -> Optional[Tuple[float, float]]:
-    """(lower, upper) on epsilon(delta) of mu-GDP, by bisection on the certified delta interval (the
-    lower bound: the largest eps whose certified delta is still >= delta; the upper: the smallest whose
-    certified delta is <= delta), or None where the closed form cannot be trusted (then the lattice is
-    used)."""
-    hi = mu * mu / 2.0 + mu * (2.0 + math.sqrt(2.0 * max(0.0, -math.log(delta)))) + 1.0
+def gaussian_epsilon_bounds(mu, delta: float) -> Optional[Tuple[float, float]]:
+    """(lower, upper) on epsilon(delta) of mu-GDP (``mu`` as from ``gaussian_mu``), by bisection on the
+    certified delta interval (the lower bound: the largest eps whose certified delta is still >= delta;
+    the upper: the smallest whose certified delta is <= delta), or None where the closed form cannot be
+    trusted (then the lattice is used)."""
+    top = mu[0] * (1.0 + mu[1])
+    hi = top * top / 2.0 + top * (2.0 + math.sqrt(2.0 * max(0.0, -math.log(delta)))) + 1.0
     at_hi, at_zero = gaussian_delta_bounds(mu, hi), gaussian_delta_bounds(mu, 0.0)
     if at_hi is None or at_zero is None or at_hi[1] > delta:
         return None
