@@ -8,6 +8,7 @@ naming the flag, the value and what is allowed; the command prints it on one lin
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 from metadp.training import algorithms, datasets
@@ -116,6 +117,7 @@ def check_train_args(args) -> None:
     """
     algorithm, protonet = args.algorithm, not algorithms.get(args.algorithm).meta_loop
     _check_numbers(args)
+    _check_save_plan(args)
     dataset, local = datasets.get(args.data), " or ".join(datasets.names(local_folder=True))
     if args.data_dir is not None and not dataset.local_folder:
         raise ValueError(f"--data-dir applies to --data {local}, not --data {args.data}; drop it")
@@ -142,6 +144,11 @@ def check_train_args(args) -> None:
             continue
         if getattr(args, name, None) is None:
             setattr(args, name, value)
+
+
+def _check_save_plan(args) -> None:
+    if getattr(args, "save_plan", None) and importlib.util.find_spec("tomli_w") is None:
+        raise ValueError("--save-plan writes TOML with tomli-w, which is not installed: pip install 'metadp[train]'")
 
 
 def _check_numbers(args) -> None:
