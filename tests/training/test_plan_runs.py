@@ -324,3 +324,19 @@ def test_the_runs_episodes_contain_a_record_as_often_as_the_plans_event_says(sam
     result = episodic_multiplicity_test(counts, slots, rate, 1e-3)
     assert result.passed, result.detail
     assert rate == pytest.approx((4 / 40 if "poisson" in sampling else 1.0) * (5 / 6) * (2 / 4))  # 5 of 6, 2 of 4
+
+
+def test_a_plans_count_noise_runs_the_quantile_policy_accounted_as_the_plan_accounts_it(tmp_path, capsys):
+    from metadp.accounting.adaptive_clipping import combined_noise_multiplier, sum_noise_multiplier
+
+    plan = _write(tmp_path, SINUSOID_PLAN.replace("multiplier = 0.9", "multiplier = 0.9\ncount_noise = 2.0"))
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "privacy_report.json").read_text())
+    _assert_same_report(report, _plan_json(plan, capsys))
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert report["clip_policy"] == config["clip_policy"] == "quantile" and config["count_noise"] == 2.0
+    # the trainer's z is the sum's and the count's together; the sum itself carries the plan's multiplier
+    assert config["noise_multiplier"] == pytest.approx(combined_noise_multiplier(0.9, 2.0), rel=1e-12)
+    assert sum_noise_multiplier(config["noise_multiplier"], 2.0) == pytest.approx(0.9, rel=1e-9)
