@@ -219,15 +219,18 @@ class DpFedMetaStrategy:
 
     def _exchange(self, messages: List[Message]) -> List[Message]:
         """Pushes ``messages`` and pulls their replies until all came or the timeout passed."""
+        if self.stop.is_set():
+            raise KeyboardInterrupt
         waiting = set(self.grid.push_messages(messages))
         deadline = time.monotonic() + self.timeout
         replies: List[Message] = []
-        while waiting and time.monotonic() < deadline:
-            self._wait()
+        while True:
             got = list(self.grid.pull_messages(waiting))
             replies.extend(got)
             waiting -= {m.metadata.reply_to_message_id for m in got}
-        return replies
+            if not waiting or time.monotonic() >= deadline:
+                return replies
+            self._wait()
 
     def configure_train(self, server_round: int, params: Dict[str, torch.Tensor], selected: List[int],
                         config: TrainConfig) -> List[Message]:
