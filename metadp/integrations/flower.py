@@ -18,8 +18,9 @@ Roles (Flower's Message API: a ``ServerApp`` and a ``ClientApp``):
   the run's noise generator, appends the release to every ledger, and updates the model: the local
   engine's code, so on one seed both engines draw the same clients and the same noise and agree on the
   model to float rounding.
-* :func:`simulate`: the whole run as a Flower simulation on this machine (Ray), one virtual SuperNode
-  per task of the population.
+* :func:`server_app`: the ServerApp that waits for the clients and runs the trainer with the strategy;
+  :func:`simulate`: server and clients as a Flower simulation on this machine (Ray), one virtual
+  SuperNode per task of the population.
 
 Clients that fail. A selected client that raises, does not answer within ``timeout`` seconds, or sends
 anything but a finite update of the model's names and shapes contributes a zero update to that step.
@@ -71,8 +72,8 @@ try:
 except ImportError as _err:  # pragma: no cover - exercised only without flwr
     raise ImportError(f"metadp.integrations.flower needs Flower's simulation engine: {INSTALL_HINT}") from _err
 
-__all__ = ["ClientTask", "SimulatedTasks", "DpFedMetaStrategy", "client_app", "client_update", "simulate",
-           "DEFAULT_BACKEND"]
+__all__ = ["ClientTask", "SimulatedTasks", "Population", "DpFedMetaStrategy", "client_app", "client_update",
+           "server_app", "simulate", "DEFAULT_BACKEND"]
 
 DEFAULT_BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                    "init_args": {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False, "logging_level": "ERROR",
@@ -98,6 +99,9 @@ def client_update(task: ClientTask, params: Dict[str, torch.Tensor], *, algorith
     """(update, loss): the algorithm's per-task contribution on the client's own task at ``params``
     (``metadp.training.contributions``; DP-AGR: the MAML meta-gradient), unclipped, and its query loss."""
     alg = algorithms.get(algorithm)
+    if alg.inner_dp or not alg.meta_loop:
+        raise ValueError(f"algorithm {algorithm!r}: a Flower client computes the per-task updates of "
+                         f"{', '.join(algorithms.names(meta_loop=True, inner_dp=False))}, without noise of its own")
     config = TrainConfig(algorithm=algorithm, inner_steps=inner_steps, inner_lr=inner_lr, first_order=first_order)
     rows = torch.tensor([task.row])
     updates, losses = contribution_of(alg)(alg, task.model, params, task.tasks, rows, task.loss_fn, config, None)
@@ -162,8 +166,9 @@ def _simulated_pool(spec: SimulatedTasks):
 
 # -- the server ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class _Clients:
-    """What the server knows of the population: its size. The tasks stay with the clients."""
+class Population:
+    """What the server knows of the clients' tasks: how many (the trainer's ``pool`` on the server; the
+    tasks themselves stay with the clients)."""
 
     size: int
     query_per_task: Optional[int] = None
@@ -340,13 +345,46 @@ def _quiet():
         logger.setLevel(level)
 
 
+def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, timeout: float = 600.0,
+               outcome: Optional[Dict[str, Any]] = None, **train_options) -> ServerApp:
+    """The ServerApp of a run of ``plan``: waits for its population of clients, checks their partition-ids,
+    then runs ``metadp.training.trainer.train(model, Population(N), None, config, out_dir, plan=plan,
+    engine=<its DpFedMetaStrategy>, **train_options)`` (``resume``, ``progress``, ``setup``, ...).
+
+    For a deployment, pass ``resume=True``: a restarted server then continues the run in ``out_dir``
+    with every release on its ledgers still charged. ``outcome`` (a dict; :func:`simulate`'s) receives
+    the ``result`` or the ``error`` instead of raising it, and ``finished`` when the run ends.
+    """
+    population = Population(plan.sampling.population)
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        try:
+            strategy = DpFedMetaStrategy.connect(grid, population.size, timeout=timeout)
+            if outcome is not None:
+                outcome["strategy"] = strategy
+            result = train(model, population, None, config, out_dir, plan=plan, engine=strategy, **train_options)
+            if outcome is not None:
+                outcome["result"] = result
+        except BaseException as err:  # noqa: B036 - the caller's thread raises it
+            if outcome is None:
+                raise
+            outcome["error"] = err
+        finally:
+            if outcome is not None:
+                outcome["finished"].set()
+
+    return app
+
+
 def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load_task: Callable[[int], ClientTask],
              progress=None, resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
              warn=None, timeout: float = 600.0, backend_config: Optional[dict] = None) -> TrainResult:
-    """Runs ``plan`` (``metadp.training.plan_run``) as a Flower simulation with one client per task of its
-    population, ``load_task(partition_id)`` giving each client its task: ``metadp.training.trainer.train``
-    with the clients computing, so the run folder, ledgers, checkpoints, resume and report are the local
-    engine's, with ``"engine": "flower"`` and the clients' record in the report.
+    """Runs ``plan`` (``metadp.training.plan_run``) as a Flower simulation on this machine: :func:`server_app`
+    and :func:`client_app` with one virtual SuperNode per task of the population (``partition-id`` 0..N-1),
+    ``load_task(partition_id)`` giving each client its task. The run folder, ledgers, checkpoints, resume
+    and report are the local engine's, with ``"engine": "flower"`` and the clients' record in the report.
 
     Every refusal of ``train`` comes before the simulation starts and before anything is written; the
     clients' partition-ids are checked before the first step. Flower's telemetry is off unless
@@ -356,35 +394,20 @@ def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load
         ValueError: a refusal (``train``'s, or the clients').
         TrainingInterrupted: on Ctrl-C, with the ledgers holding every release (``resume=True`` continues).
     """
-    population = plan.sampling.population
-    clients = _Clients(population)
-    check_run(clients, config, out_dir, resume=resume, resume_changed=resume_changed, setup=setup, plan=plan)
+    population = Population(plan.sampling.population)
+    check_run(population, config, out_dir, resume=resume, resume_changed=resume_changed, setup=setup, plan=plan)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    outcome: Dict[str, Any] = {}
-    finished = threading.Event()
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        try:
-            strategy = DpFedMetaStrategy.connect(grid, population, timeout=timeout)
-            outcome["strategy"] = strategy
-            outcome["result"] = train(model, clients, None, config, out_dir, progress=progress, resume=resume,
-                                      resume_changed=resume_changed, setup=setup, warn=warn, plan=plan,
-                                      engine=strategy)
-        except BaseException as err:  # noqa: B036 - handed to the caller's thread, which raises it
-            outcome["error"] = err
-        finally:
-            finished.set()
-
+    outcome: Dict[str, Any] = {"finished": threading.Event()}
+    server = server_app(model, config, out_dir, plan=plan, timeout=timeout, outcome=outcome, progress=progress,
+                        resume=resume, resume_changed=resume_changed, setup=setup, warn=warn)
     try:
         with _quiet():
-            run_simulation(server, client_app(load_task), num_supernodes=population,
+            run_simulation(server, client_app(load_task), num_supernodes=population.size,
                            backend_config=backend_config if backend_config is not None else DEFAULT_BACKEND)
     except KeyboardInterrupt:  # Ctrl-C lands in this thread: stop the server's loop at its next poll
         if "strategy" in outcome:
             outcome["strategy"].stop.set()
-        finished.wait(60.0)
+        outcome["finished"].wait(60.0)
         if "error" not in outcome:
             raise
     if "error" in outcome:
