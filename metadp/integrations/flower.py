@@ -183,18 +183,21 @@ class DpFedMetaStrategy:
         timeout: seconds to wait for a step's replies (later replies are ignored: those clients dropped).
     """
 
-    def __init__(self, grid, clients: Dict[int, int], *, timeout: float = 600.0):
+    def __init__(self, grid, clients: Dict[int, int], *, timeout: float = 600.0,
+                 stop: Optional[threading.Event] = None):
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         self.grid, self.node_of, self.timeout = grid, dict(clients), float(timeout)
-        self.stop = threading.Event()  # set: the next poll raises KeyboardInterrupt (the loop's interruption)
+        # set: the next poll raises KeyboardInterrupt (the trainer's loop stops as on Ctrl-C)
+        self.stop = stop if stop is not None else threading.Event()
         self.rounds: List[Dict[str, int]] = []  # per step of this process: selected, dropped
 
     @classmethod
-    def connect(cls, grid, population: int, *, timeout: float = 600.0) -> "DpFedMetaStrategy":
+    def connect(cls, grid, population: int, *, timeout: float = 600.0,
+                stop: Optional[threading.Event] = None) -> "DpFedMetaStrategy":
         """Waits for the population's clients, asks each its partition-id and checks that they are
         0..population-1, one node each (else ValueError, before any step)."""
-        strategy = cls(grid, {}, timeout=timeout)
+        strategy = cls(grid, {}, timeout=timeout, stop=stop)
         deadline = time.monotonic() + strategy.timeout
         nodes = list(grid.get_node_ids())
         while len(nodes) < population and time.monotonic() < deadline:
@@ -353,7 +356,8 @@ def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, ti
 
     For a deployment, pass ``resume=True``: a restarted server then continues the run in ``out_dir``
     with every release on its ledgers still charged. ``outcome`` (a dict; :func:`simulate`'s) receives
-    the ``result`` or the ``error`` instead of raising it, and ``finished`` when the run ends.
+    the ``result`` or the ``error`` instead of raising it and sets its ``finished`` event when the run
+    ends; setting its ``stop`` event stops the run at the server's next poll (as Ctrl-C does).
     """
     population = Population(plan.sampling.population)
     app = ServerApp()
@@ -361,9 +365,8 @@ def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, ti
     @app.main()
     def main(grid, context):
         try:
-            strategy = DpFedMetaStrategy.connect(grid, population.size, timeout=timeout)
-            if outcome is not None:
-                outcome["strategy"] = strategy
+            stop = outcome.get("stop") if outcome is not None else None
+            strategy = DpFedMetaStrategy.connect(grid, population.size, timeout=timeout, stop=stop)
             result = train(model, population, None, config, out_dir, plan=plan, engine=strategy, **train_options)
             if outcome is not None:
                 outcome["result"] = result
@@ -373,7 +376,7 @@ def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, ti
             outcome["error"] = err
         finally:
             if outcome is not None:
-                outcome["finished"].set()
+                outcome.setdefault("finished", threading.Event()).set()
 
     return app
 
@@ -397,7 +400,7 @@ def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load
     population = Population(plan.sampling.population)
     check_run(population, config, out_dir, resume=resume, resume_changed=resume_changed, setup=setup, plan=plan)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    outcome: Dict[str, Any] = {"finished": threading.Event()}
+    outcome: Dict[str, Any] = {"finished": threading.Event(), "stop": threading.Event()}
     server = server_app(model, config, out_dir, plan=plan, timeout=timeout, outcome=outcome, progress=progress,
                         resume=resume, resume_changed=resume_changed, setup=setup, warn=warn)
     try:
@@ -405,8 +408,7 @@ def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load
             run_simulation(server, client_app(load_task), num_supernodes=population.size,
                            backend_config=backend_config if backend_config is not None else DEFAULT_BACKEND)
     except KeyboardInterrupt:  # Ctrl-C lands in this thread: stop the server's loop at its next poll
-        if "strategy" in outcome:
-            outcome["strategy"].stop.set()
+        outcome["stop"].set()
         outcome["finished"].wait(60.0)
         if "error" not in outcome:
             raise

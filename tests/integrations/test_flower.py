@@ -390,3 +390,69 @@ def test_a_flower_simulation_of_20_clients_reports_the_plans_epsilon_and_trains_
     for name, value in theirs.items():
         torch.testing.assert_close(mine[name], value, rtol=1e-5, atol=1e-7)
     assert json.loads((local / "privacy_report.json").read_text())["epsilon"] == report["epsilon"]
+
+
+class CrashingTasks:
+    """Simulated clients of which ``crash`` raise on every train message (picklable: Ray ships it to its
+    worker processes, which import this module)."""
+
+    def __init__(self, population, crash):
+        self.population, self.crash = population, frozenset(crash)
+
+    def __call__(self, pid):
+        from metadp.integrations.flower import SimulatedTasks
+
+        if pid in self.crash:
+            raise RuntimeError(f"client {pid} crashed")
+        return SimulatedTasks("sinusoid", self.population, 0)(pid)
+
+
+@pytest.mark.slow
+def test_clients_that_crash_in_a_simulation_count_as_dropped_updates(flower, tmp_path):
+    plan = loads_plan(_plan_text(20, 5, steps=4))
+    crash = {0, 5, 6, 13}
+    result = flower.simulate(_model(), _config("dp-agr", plan), tmp_path / "run", plan=plan,
+                             load_task=CrashingTasks(20, crash))
+    sampler = sampler_for(plan.sampling, torch.Generator().manual_seed(stream_seed(0, "sampler")))
+    drawn = [torch.nonzero(sampler.sample()).flatten().tolist() for _ in range(4)]
+    expected = sum(p in crash for step in drawn for p in step)
+    fed = result.report["federated"]
+    assert expected > 0 and (fed["updates_asked"], fed["updates_dropped"]) == (sum(map(len, drawn)), expected)
+    assert len(Ledger.open(tmp_path / "run" / "ledger-task.jsonl", readonly=True).entries) == 4
+    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_a_killed_server_resumes_its_ledger_without_losing_a_release(flower, tmp_path, capsys):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    plan = _write(tmp_path, _plan_text(20, 5, steps=60))
+    out = tmp_path / "run"
+    argv = ["train", "dp-agr", "--engine", "flower", "--plan", plan, "--data", "sinusoid", "--first-order",
+            "--eval-tasks", "10", "--checkpoint-every", "7", "--out", str(out)]
+    server = subprocess.Popen([sys.executable, "-m", "metadp", *argv], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=dict(os.environ, FLWR_TELEMETRY_ENABLED="0"))
+    ledger_path, deadline = out / "ledger-task.jsonl", time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and server.poll() is None:
+            if ledger_path.exists() and len(Ledger.open(ledger_path, readonly=True).entries) >= 10:
+                break
+            time.sleep(0.2)
+        assert server.poll() is None, "the run ended before it could be killed"
+        server.send_signal(signal.SIGKILL)
+    finally:
+        server.kill()
+        server.wait()
+    before = Ledger.open(ledger_path, readonly=True).entries
+    assert 10 <= len(before) < 60
+    assert main(argv + ["--resume"]) == 0
+    after = Ledger.open(ledger_path, readonly=True).entries
+    assert len(after) == 60 and [e.hash for e in after[:len(before)]] == [e.hash for e in before]
+    report = json.loads((out / "privacy_report.json").read_text())
+    capsys.readouterr()
+    assert main(["plan", plan, "--json"]) == 0
+    assert report["engine"] == "flower"
+    assert report["epsilon"] == pytest.approx(json.loads(capsys.readouterr().out)["epsilon"], rel=1e-9)
