@@ -267,8 +267,7 @@ class DpFedMetaStrategy:
                 continue
             for k, v in update.items():
                 updates[k][j] = v
-            loss = reply.content["metrics"]["loss"] if "metrics" in reply.content.metric_records else math.nan
-            losses[j] = float(loss) if math.isfinite(float(loss)) else 0.0
+            losses[j] = _reply_loss(reply)
             answered[j] = True
         self.rounds.append({"selected": n, "dropped": int(n - int(answered.sum()))})
         return updates, losses, answered
@@ -300,18 +299,27 @@ class DpFedMetaStrategy:
         selected = sum(r["selected"] for r in self.rounds)
         dropped = sum(r["dropped"] for r in self.rounds)
         return {"engine": "flower", "federated": {
-            "framework": f"flwr {flwr.__version__}", "clients": len(self.node_of), "steps_run": len(self.rounds),
+            "framework": f"flwr {flwr.__version__}", "clients": len(self.node_of), "rounds_run": len(self.rounds),
             "updates_asked": selected, "updates_dropped": dropped,
-            "steps_with_dropouts": [dict(r, step=i + 1) for i, r in enumerate(self.rounds) if r["dropped"]],
+            "rounds_with_dropouts": [dict(r, round=i + 1) for i, r in enumerate(self.rounds) if r["dropped"]],
             "selection": "the plan's sampler (metadp.training.samplers) on the run's seed: one train message to each "
                          "drawn client and to no other",
             "dropouts": "a selected client that failed, timed out or sent an invalid update counted as a zero update: "
                         "the sum's sensitivity and the sampling event are unchanged, the noise was added and the step "
                         "charged",
-            "note": "these counts (steps this server process ran) are the server's knowledge, not covered by the "
+            "note": "these counts (the rounds this server process ran) are the server's knowledge, not covered by the "
                     "guarantee: remove them before publishing this report",
             "adversary": "anyone who sees the released noisy aggregates and the models; not the server, which sees "
                          "each selected client's update before the noise (DP-AGR)"}}
+
+
+def _reply_loss(reply: Message) -> float:
+    """The client's query loss (diagnostics only: 0 when missing or not a finite number)."""
+    try:
+        loss = float(reply.content["metrics"]["loss"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return loss if math.isfinite(loss) else 0.0
 
 
 def _valid_update(reply: Message, params: Dict[str, torch.Tensor]) -> Optional[Dict[str, torch.Tensor]]:

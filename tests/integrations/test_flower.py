@@ -90,11 +90,12 @@ class InProcessGrid:
     (an exception becomes Flower's error reply, as the simulation's workers make it); partitions in
     ``silent`` never answer train messages. Node ids are not in partition order."""
 
-    def __init__(self, app, population, *, silent=()):
+    def __init__(self, app, population, *, silent=(), garbage=None):
         from flwr.app import Context, Error, Message, RecordDict
 
         self._flwr = (Context, Error, Message, RecordDict)
         self.app, self.population, self.silent = app, population, set(silent)
+        self.garbage = dict(garbage or {})  # partition id -> what it sends instead of its update
         self.partition_of = {10_007 * (i + 3) % 99_991 + 1: i for i in range(population)}
         self.asked = {}  # step (the message's group id) -> partition ids sent a train message, in order
         self._replies = {}
@@ -116,7 +117,10 @@ class InProcessGrid:
             context = Context(run_id=1, node_id=m.metadata.dst_node_id, state=RecordDict(), run_config={},
                               node_config={"partition-id": pid, "num-partitions": self.population})
             try:
-                self._replies[m.metadata.message_id] = self.app(m, context)
+                reply = self.app(m, context)
+                if m.metadata.message_type == "train" and pid in self.garbage:
+                    reply.content["arrays"] = self.garbage[pid](reply.content["arrays"])
+                self._replies[m.metadata.message_id] = reply
             except Exception as err:  # noqa: BLE001 - a failing client, as the simulation reports it
                 self._replies[m.metadata.message_id] = Message(Error(code=0, reason=repr(err)), reply_to=m)
         return ids
@@ -145,8 +149,8 @@ def _nan_mse(out, y):
 
 
 def _engine(flower, population, timeout=5.0, **faults):
-    silent = faults.pop("silent", ())
-    grid = InProcessGrid(flower.client_app(Tasks(population, **faults)), population, silent=silent)
+    silent, garbage = faults.pop("silent", ()), faults.pop("garbage", None)
+    grid = InProcessGrid(flower.client_app(Tasks(population, **faults)), population, silent=silent, garbage=garbage)
     return grid, flower.DpFedMetaStrategy.connect(grid, population, timeout=timeout)
 
 
@@ -205,17 +209,34 @@ def test_the_flower_engine_trains_the_local_engines_model(flower, tmp_path, algo
     assert fed.report["epsilon"] == local.report["epsilon"]
 
 
+def _wrong_shape(arrays):
+    from flwr.app import ArrayRecord
+
+    state = arrays.to_torch_state_dict()
+    return ArrayRecord(torch_state_dict={k: torch.zeros(v.numel() + 1) for k, v in state.items()})
+
+
+def _missing_tensor(arrays):
+    from flwr.app import ArrayRecord
+
+    state = arrays.to_torch_state_dict()
+    state.pop(next(iter(state)))
+    return ArrayRecord(torch_state_dict=state)
+
+
 def test_a_failed_silent_or_garbage_client_counts_as_a_zero_update(flower):
-    # clients 3 (raises), 5 (sends NaN) and 9 (never answers) of the drawn 2, 3, 5, 7, 9 count as zero; the
-    # rows after them are the trainer's Poisson pads (weight 0), never asked
-    grid, strategy = _engine(flower, 12, timeout=0.5, fail={3}, nan={5}, silent={9})
+    # of the drawn 2, 3, 5, 7, 9, 10, 11: 3 raises, 5 sends NaN, 9 never answers, 10 and 11 send updates of
+    # other shapes or names; they count as zero. The rows after them are the trainer's Poisson pads (weight 0),
+    # never asked
+    grid, strategy = _engine(flower, 12, timeout=0.5, fail={3}, nan={5}, silent={9},
+                             garbage={10: _wrong_shape, 11: _missing_tensor})
     params = dict(_model().named_parameters())
     params = {k: v.detach() for k, v in params.items()}
-    rows, weights = torch.tensor([2, 3, 5, 7, 9, 0, 0]), torch.tensor([1.0, 1, 1, 1, 1, 0, 0])
+    rows, weights = torch.tensor([2, 3, 5, 7, 9, 10, 11, 0, 0]), torch.tensor([1.0, 1, 1, 1, 1, 1, 1, 0, 0])
     config = TrainConfig(algorithm="dp-agr", first_order=True, inner_lr=0.01)
     total, norms, losses = strategy.clipped_sum(None, None, params, None, rows, weights, None, config, None, None,
                                                 0.3, False)
-    assert grid.asked == {1: [2, 3, 5, 7, 9]}
+    assert grid.asked == {1: [2, 3, 5, 7, 9, 10, 11]}
     pool = tasks.SinusoidPool(12, 10, 10, seed=0)
     expected = {k: torch.zeros_like(v) for k, v in params.items()}
     for pid in (2, 7):
@@ -225,9 +246,9 @@ def test_a_failed_silent_or_garbage_client_counts_as_a_zero_update(flower):
         expected = {k: expected[k] + clipped[k][0] for k in expected}
     for k in expected:
         torch.testing.assert_close(total[k], expected[k], rtol=1e-6, atol=1e-8)
-    assert norms[[1, 2, 4, 5, 6]].tolist() == [0.0] * 5 and bool((norms[[0, 3]] > 0).all())
-    assert losses[[1, 2, 4]].tolist() == [0.0] * 3 and bool((losses[[0, 3]] > 0).all())
-    assert strategy.rounds == [{"selected": 5, "dropped": 3}]
+    assert norms[[1, 2, 4, 5, 6, 7, 8]].tolist() == [0.0] * 7 and bool((norms[[0, 3]] > 0).all())
+    assert losses[[1, 2, 4, 5, 6]].tolist() == [0.0] * 5 and bool((losses[[0, 3]] > 0).all())
+    assert strategy.rounds == [{"selected": 7, "dropped": 5}]
 
 
 def test_a_run_with_dropouts_charges_every_step_and_reports_the_dropouts(flower, tmp_path):
@@ -240,7 +261,7 @@ def test_a_run_with_dropouts_charges_every_step_and_reports_the_dropouts(flower,
     assert dropped > 0 and len(asked) > dropped  # the seed draws both kinds
     fed = result.report["federated"]
     assert (fed["updates_asked"], fed["updates_dropped"]) == (len(asked), dropped)
-    assert sum(r["dropped"] for r in fed["steps_with_dropouts"]) == dropped
+    assert sum(r["dropped"] for r in fed["rounds_with_dropouts"]) == dropped
     assert len(Ledger.open(tmp_path / "run" / "ledger-task.jsonl", readonly=True).entries) == 6
     assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
 
@@ -261,7 +282,7 @@ def test_an_interrupted_server_resumes_without_losing_a_release(flower, tmp_path
     result = train(_model(), _clients(20), None, config, out, plan=plan, engine=_engine(flower, 20)[1], resume=True)
     assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 5  # two more, not five
     assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
-    assert result.report["federated"]["steps_run"] == 2 and result.report["engine"] == "flower"
+    assert result.report["federated"]["rounds_run"] == 2 and result.report["engine"] == "flower"
     # the local engine, interrupted and resumed alike, ends with the same model (the step drawn again after the
     # checkpoint at step 2 is charged twice in both)
     pool, local = tasks.SinusoidPool(20, 10, 10, seed=0), tmp_path / "local"
