@@ -36,7 +36,11 @@ server's knowledge and are not covered by the guarantee: remove them from a repo
 Whom the guarantee protects against: anyone who sees the released noisy aggregates and the models
 (each selected client receives the current model: it is such an observer). Not the server: it sees
 every selected client's update before the noise (DP-AGR). Clients are assumed honest-but-curious
-(they compute their update as told; they never see another client's update).
+(they compute their update as told; they never see another client's update). Amplification by
+sampling assumes the selection stays hidden: against an observer who can tell which clients were sent
+the model, only one Gaussian release per round holds; under fixed-size selection, colluding clients
+can infer from their own selections whether another client was selected (Poisson selections are
+independent of each other).
 """
 
 from __future__ import annotations
