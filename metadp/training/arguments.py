@@ -12,6 +12,7 @@ import importlib.util
 import math
 
 from metadp.training import algorithms, datasets
+from metadp.training.federated import flower_refusal
 from metadp.training.plan_command import PLAN_FLAGS, flags_plan_refusal
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
@@ -40,6 +41,7 @@ _READERS = {
     "resume_changed": (_META, "the MAML and Reptile family, with --resume"),
     "plan": (_META, "the MAML and Reptile family"),
     "save_plan": (_META, "the MAML and Reptile family"),
+    "engine": (_META, "the MAML and Reptile family"),
 }
 # the flags of the privacy mechanism, refused at once for a non-private algorithm
 _MECHANISM = ("unit", "noise", "clip", "clip_mode", "clip_policy", "count_noise", "inner_clip", "inner_noise")
@@ -134,6 +136,8 @@ def check_train_args(args) -> None:
         if given:
             raise ValueError(f"{', '.join(given)} apply to protonet only, not {algorithm}; drop them")
         _check_readers(args)
+        if getattr(args, "engine", None) == "flower" and not plan:
+            raise ValueError(flower_refusal(algorithms.get(algorithm), None))
         if plan:  # the plan decides its flags' values (metadp.training.plan_command checks them against it)
             if args.resume_changed and not args.resume:
                 raise ValueError("--resume-changed applies with --resume (it lets a resumed run change its settings)")
