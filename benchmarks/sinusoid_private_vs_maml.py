@@ -2,7 +2,7 @@
 over a range of budgets (test MSE against epsilon).
 
 Run: ``python benchmarks/sinusoid_private_vs_maml.py [--steps 2000] [--out runs/sinusoid_private_vs_maml]``
-(about 40 min on one core of a slow x86 machine; ``--steps 20 --lot 50 --series large`` is a smoke run).
+(45 min on one core of a slow x86 machine; ``--steps 20 --lot 50 --series large`` is a smoke run).
 Each run is the command ``metadp train maml|dp-maml --data sinusoid ...`` run in-process
 (``metadp.cli.main``) and printed; its folder under ``--out`` holds the ledgers, ``privacy_report.json``
 (every epsilon a certified upper bound, PLD, at delta 1e-5) and ``evaluation.json`` (test MSE on 600
@@ -165,7 +165,7 @@ def _print_table(summary: dict) -> None:
         rat, hw = ratio(r, base[r["series"]]) if r["series"] in base else (math.nan, math.nan)
         fmt = lambda e: f"<= {format_upper(e, 4)}" if e is not None else "none"  # noqa: E731
         print(f"| {r['series']} (lot {r['lot']:,}, pool {r['pool']:,}) | {r['algorithm']} | "
-              f"{r['epsilon_target'] if r['epsilon_target'] is not None else '-'} | {fmt(r['task_epsilon'])} | "
+              f"{format(r['epsilon_target'], 'g') if r['epsilon_target'] is not None else '-'} | {fmt(r['task_epsilon'])} | "
               f"{fmt(r['record_epsilon'])} | {r['noise_multiplier'] or 0:.4g} | {r['mse']:.3f} +- "
               f"{r['half_width_95']:.3f} | {rat:.3f} +- {hw:.3f} |")
     print(f"wall time of the runs (metadp train, each with its evaluation): {summary.get('total_wall_s', 0):.0f} s")
