@@ -387,6 +387,7 @@ def test_a_folder_holding_a_run_is_refused_before_the_simulation_starts(flower, 
 
 
 # -- a real Flower simulation (Ray) --------------------------------------------------------------------
+@pytest.mark.slow  # ~25 s, mostly Ray starting: CI runs it with the slow sweeps (and the README's Flower command)
 def test_a_flower_simulation_of_20_clients_reports_the_plans_epsilon_and_trains_the_local_model(flower, tmp_path,
                                                                                                 capsys):
     plan = _write(tmp_path, _plan_text(20, 5, steps=3))

@@ -177,6 +177,7 @@ def test_interrupted_plan_run_resumes_to_the_plans_report(tmp_path):
     assert result.epsilon_spent == result.report["epsilon"]
 
 
+@pytest.mark.slow
 def test_shuffle_plan_charges_each_pass_once(tmp_path, capsys):
     text = SINUSOID_PLAN.replace('scheme = "poisson"', 'scheme = "shuffle"').replace("population = 120", "population = 24")
     text = text.replace("steps = 4", "steps = 5")  # 2 steps a pass: passes 1, 1, 2, 2, 3
@@ -189,6 +190,7 @@ def test_shuffle_plan_charges_each_pass_once(tmp_path, capsys):
     assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 3
 
 
+@pytest.mark.slow
 def test_epsilon_calibrates_the_plan_and_save_plan_writes_what_ran(tmp_path, capsys):
     plan = _write(tmp_path, SINUSOID_PLAN)
     saved = tmp_path / "calibrated.toml"
@@ -326,6 +328,7 @@ def test_the_runs_episodes_contain_a_record_as_often_as_the_plans_event_says(sam
     assert rate == pytest.approx((4 / 40 if "poisson" in sampling else 1.0) * (5 / 6) * (2 / 4))  # 5 of 6, 2 of 4
 
 
+@pytest.mark.slow
 def test_a_plans_count_noise_runs_the_quantile_policy_accounted_as_the_plan_accounts_it(tmp_path, capsys):
     from metadp.accounting.adaptive_clipping import combined_noise_multiplier, sum_noise_multiplier
 
