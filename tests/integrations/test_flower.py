@@ -440,8 +440,9 @@ def test_clients_that_crash_in_a_simulation_count_as_dropped_updates(flower, tmp
     expected = sum(p in crash for step in drawn for p in step)
     fed = result.report["federated"]
     assert expected > 0 and fed["updates_asked"] == sum(map(len, drawn))
-    # every crashed client is a dropped update; on a loaded machine Ray may also lose a healthy client while it
-    # restarts a crashed worker (seen once with the slow training tests beside it): dropped, and still charged
+    # every crashed client is a dropped update. The exact count failed once on a loaded machine (beside the slow
+    # training tests; the cause was not captured, e.g. Ray losing a healthy client while it restarts a crashed
+    # worker): a lost healthy client is also a dropped update, and the step is still charged
     assert expected <= fed["updates_dropped"] < fed["updates_asked"]
     assert len(Ledger.open(tmp_path / "run" / "ledger-task.jsonl", readonly=True).entries) == 4
     assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
