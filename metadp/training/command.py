@@ -138,6 +138,15 @@ def _evaluate(args, model, params, loss_fn, inner_lr):
     return data_setups.resolve(datasets.get(args.data).evaluate)(args, model, params, loss_fn, inner_lr)
 
 
+def _evaluated(args, model, result, loss_fn, inner_lr):
+    """(score, run folder) after the held-out evaluation of a finished run, written to ``evaluation.json``."""
+    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
+    out = Path(args.out)
+    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
+                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    return score, out
+
+
 def _check_inputs(args) -> None:
     """Every refusal that needs no training data: flags, device, data folder, output folder (reads only)."""
     check_train_args(args)
@@ -227,10 +236,7 @@ def _run_plan(args) -> None:
     finally:
         for bar in bars:
             bar.close()
-    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
-    out = Path(args.out)
-    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
-                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    score, out = _evaluated(args, model, result, loss_fn, inner_lr)
     report = result.report
     print(f"{args.algorithm} ran the plan {plan.name!r} ({args.plan}): {report['steps_done']:,} of {plan.steps:,} "
           f"steps; {plan.sampling.text('task')}")
@@ -320,10 +326,7 @@ def run_train(args) -> None:
     finally:
         for bar in bars:
             bar.close()
-    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
-    out = Path(args.out)
-    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
-                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    score, out = _evaluated(args, model, result, loss_fn, inner_lr)
     sampling = result.report["sampling"]
     print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,}); tasks sampled "
           f"{sampling['scheme']} from a fixed pool of {sampling['pool']:,} (expected {sampling['expected_batch']:.4g} a "
