@@ -45,6 +45,7 @@ EXPECTED = {
     # plans the trainer runs (metadp train ALGO --plan FILE): episodes drawn from the data shipped here
     "train_glyphs_episodic_quick.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=20,
                                              delta=1e-5, accountant="pld"),
+    "train_sinusoid_dp_maml.toml": dict(unit="task", relation="add_remove", scheme="poisson", steps=2000, delta=1e-5),
     "train_omniglot_5way_cpu.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=150,
                                          delta=1e-5, accountant="pld"),
     "train_omniglot_5way_paper.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=250,

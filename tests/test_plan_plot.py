@@ -59,8 +59,8 @@ def _plotted(key, tmp_path_factory):
     return _CACHE[key]
 
 
-@pytest.fixture(params=list(PLANS))
-def plotted(request, tmp_path_factory):
+@pytest.fixture(params=[pytest.param(k, marks=pytest.mark.slow) if k == "default" else k for k in PLANS])
+def plotted(request, tmp_path_factory):  # the default plan's two units (~20 s of PLD) under -m slow
     return _plotted(request.param, tmp_path_factory)
 
 

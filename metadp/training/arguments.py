@@ -8,9 +8,11 @@ naming the flag, the value and what is allowed; the command prints it on one lin
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 from metadp.training import algorithms, datasets
+from metadp.training.federated import flower_refusal
 from metadp.training.plan_command import PLAN_FLAGS, flags_plan_refusal
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
@@ -39,6 +41,7 @@ _READERS = {
     "resume_changed": (_META, "the MAML and Reptile family, with --resume"),
     "plan": (_META, "the MAML and Reptile family"),
     "save_plan": (_META, "the MAML and Reptile family"),
+    "engine": (_META, "the MAML and Reptile family"),
 }
 # the flags of the privacy mechanism, refused at once for a non-private algorithm
 _MECHANISM = ("unit", "noise", "clip", "clip_mode", "clip_policy", "count_noise", "inner_clip", "inner_noise")
@@ -116,6 +119,7 @@ def check_train_args(args) -> None:
     """
     algorithm, protonet = args.algorithm, not algorithms.get(args.algorithm).meta_loop
     _check_numbers(args)
+    _check_save_plan(args)
     dataset, local = datasets.get(args.data), " or ".join(datasets.names(local_folder=True))
     if args.data_dir is not None and not dataset.local_folder:
         raise ValueError(f"--data-dir applies to --data {local}, not --data {args.data}; drop it")
@@ -132,6 +136,8 @@ def check_train_args(args) -> None:
         if given:
             raise ValueError(f"{', '.join(given)} apply to protonet only, not {algorithm}; drop them")
         _check_readers(args)
+        if getattr(args, "engine", None) == "flower" and not plan:
+            raise ValueError(flower_refusal(algorithms.get(algorithm), None))
         if plan:  # the plan decides its flags' values (metadp.training.plan_command checks them against it)
             if args.resume_changed and not args.resume:
                 raise ValueError("--resume-changed applies with --resume (it lets a resumed run change its settings)")
@@ -142,6 +148,11 @@ def check_train_args(args) -> None:
             continue
         if getattr(args, name, None) is None:
             setattr(args, name, value)
+
+
+def _check_save_plan(args) -> None:
+    if getattr(args, "save_plan", None) and importlib.util.find_spec("tomli_w") is None:
+        raise ValueError("--save-plan writes TOML with tomli-w, which is not installed: pip install 'metadp[train]'")
 
 
 def _check_numbers(args) -> None:

@@ -28,6 +28,7 @@ torch-free ``metadp.training.parser``).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import sys
@@ -39,6 +40,7 @@ from tqdm import tqdm
 from metadp.report import format_upper
 from metadp.training import algorithms, data_setups, datasets, run_folder
 from metadp.training.arguments import check_device, check_train_args
+from metadp.training.federated import flower_refusal
 from metadp.training.parser import CLI_OBFUSCATIONS
 from metadp.training.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
 from metadp.training.plan_run import fresh_episodes, plan_settings
@@ -136,6 +138,15 @@ def _evaluate(args, model, params, loss_fn, inner_lr):
     return data_setups.resolve(datasets.get(args.data).evaluate)(args, model, params, loss_fn, inner_lr)
 
 
+def _evaluated(args, model, result, loss_fn, inner_lr):
+    """(score, run folder) after the held-out evaluation of a finished run, written to ``evaluation.json``."""
+    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
+    out = Path(args.out)
+    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
+                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    return score, out
+
+
 def _check_inputs(args) -> None:
     """Every refusal that needs no training data: flags, device, data folder, output folder (reads only)."""
     check_train_args(args)
@@ -169,6 +180,11 @@ def _run_plan(args) -> None:
     _check_inputs(args)
     check_plan_flags(args, plan)
     alg = algorithms.get(args.algorithm)
+    flower = args.engine == "flower"
+    if flower:
+        why = flower_refusal(alg, plan, chunk_size=args.chunk_size, device=args.device)
+        if why is not None:
+            raise ValueError(why)
     if args.epsilon is not None:
         was = plan.noise.multiplier
         plan, table, z = calibrated(table, args.epsilon)
@@ -207,18 +223,27 @@ def _run_plan(args) -> None:
         bars[0].refresh()
 
     try:
-        result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
-                       resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
+        if flower:  # flwr is imported only here (metadp.training.federated checked that it is installed)
+            engine = importlib.import_module("metadp.integrations.flower")
+            setup["--engine"] = "flower"
+            clients = engine.SimulatedTasks(args.data, args.pool, args.seed, data_dir=_folder(args.data_dir),
+                                            rotations=args.rotations, norm=args.norm)
+            result = engine.simulate(model, config, args.out, plan=plan, load_task=clients, progress=progress,
+                                     resume=args.resume, resume_changed=args.resume_changed, setup=setup)
+        else:
+            result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
+                           resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
     finally:
         for bar in bars:
             bar.close()
-    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
-    out = Path(args.out)
-    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
-                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    score, out = _evaluated(args, model, result, loss_fn, inner_lr)
     report = result.report
     print(f"{args.algorithm} ran the plan {plan.name!r} ({args.plan}): {report['steps_done']:,} of {plan.steps:,} "
           f"steps; {plan.sampling.text('task')}")
+    if flower:
+        fed = report["federated"]
+        print(f"engine flower (Flower simulation): {fed['clients']:,} clients, one task each; "
+              f"{fed['updates_dropped']:,} of {fed['updates_asked']:,} asked updates dropped (counted as zero updates)")
     if not alg.private:
         print("non-private: no privacy guarantee (the plan's sampling and steps, without clipping or noise)")
     else:
@@ -233,6 +258,10 @@ def _run_plan(args) -> None:
                   "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
         print(f"  the same numbers as {source} for the steps run; every release is on each unit's ledger")
     print(f"evaluation: {score}; files in {out}/")
+
+
+def _folder(path):
+    return None if path is None else str(path)
 
 
 def run_train(args) -> None:
@@ -297,10 +326,7 @@ def run_train(args) -> None:
     finally:
         for bar in bars:
             bar.close()
-    score = _evaluate(args, model, result.params, loss_fn, inner_lr)
-    out = Path(args.out)
-    (out / "evaluation.json").write_text(json.dumps({"data": args.data, "metric": score.metric, "mean": score.mean,
-                                                     "half_width_95": score.half_width, "tasks": score.n_tasks}))
+    score, out = _evaluated(args, model, result, loss_fn, inner_lr)
     sampling = result.report["sampling"]
     print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,}); tasks sampled "
           f"{sampling['scheme']} from a fixed pool of {sampling['pool']:,} (expected {sampling['expected_batch']:.4g} a "

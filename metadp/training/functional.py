@@ -330,7 +330,7 @@ def noisy_sum(grads: Params, mask_or_weights: Optional[torch.Tensor], std: float
         ValueError: on a negative or non-finite std, or a weight shape that does not match.
     """
     std = check_real("std", std, low=0.0)
-    out = masked_sum(grads, mask_or_weights, dim)
+    out = _masked_sum(grads, mask_or_weights, dim)
     if std > 0:
         for name, total in out.items():
             out[name] = total + std * torch.randn(total.shape, generator=generator, dtype=total.dtype,
@@ -341,6 +341,10 @@ def noisy_sum(grads: Params, mask_or_weights: Optional[torch.Tensor], std: float
 def masked_sum(grads: Params, mask_or_weights: Optional[torch.Tensor], dim: int = 0) -> Params:
     """sum_i w_i g_i for each tensor, rows of weight 0 contributing exactly 0 (``noisy_sum`` without noise;
     arguments as there)."""
+    return _masked_sum(grads, mask_or_weights, dim)
+
+
+def _masked_sum(grads: Params, mask_or_weights: Optional[torch.Tensor], dim: int) -> Params:
     dim = check_count("dim", dim)
     _check_grads(grads, dim + 1)
     out = {}

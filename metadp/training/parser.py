@@ -7,12 +7,14 @@ from __future__ import annotations
 from metadp.sampling import RUN_SCHEMES
 from metadp.training import algorithms, datasets
 from metadp.training.clipping import POLICIES
+from metadp.training.federated import ENGINES
 
 __all__ = ["add_train_parser", "CLI_OBFUSCATIONS"]
 
 _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin\n"
              "  metadp train maml --data glyphs --steps 300 --out runs/glyphs\n"
              "  metadp train dp-agr --data glyphs --epsilon 2 --clip-policy quantile --out runs/agr\n"
+             "  metadp train dp-agr --engine flower --plan plan.toml --data sinusoid --out runs/fed\n"
              "  metadp train dp-maml --data omniglot --epsilon 8 --delta 1e-5 --steps 500 --out runs/omni --resume\n"
              "  metadp train dp-maml --data omniglot --epsilon 12 --delta 1e-5 --steps 800 --out runs/omni --resume "
              "--resume-changed\n"
@@ -37,6 +39,10 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="run a plan file (docs/plan-format.md): its unit, delta, sampling (episodes included), noise "
                         "and steps are the run's, and privacy_report.json is its `metadp plan FILE --json` report. "
                         "Flags the plan sets must agree with it; --epsilon calibrates its noise multiplier")
+    t.add_argument("--engine", choices=ENGINES,
+                   help="where the clients' updates are computed (default local): flower runs the --plan as a Flower "
+                        "simulation here, one client per task of its population, with the same sampling, noise, "
+                        "ledgers and report (needs pip install 'metadp[federated]')")
     t.add_argument("--save-plan", metavar="FILE",
                    help="write the plan this run executes (with --plan: its calibrated form; else the plan the flags "
                         "describe) as a TOML plan file; never overwrites")

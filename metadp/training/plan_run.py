@@ -33,9 +33,10 @@ from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import Episodic, Guarantee
 from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
+from metadp.training.report import run_report
 
 __all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "plan_views", "plan_report", "fresh_episodes",
-           "PLAN_ALGORITHMS"]
+           "plan_run_report", "PLAN_ALGORITHMS"]
 
 
 def _reads_plan(alg: Algorithm) -> bool:
@@ -132,3 +133,39 @@ def plan_views(plan: Plan) -> Tuple[Guarantee, ...]:
 def plan_report(plan: Plan, steps: int) -> Dict[str, Any]:
     """The report of ``plan`` over its first ``steps`` steps: ``metadp plan --json``'s, for the prefix."""
     return plan_epsilon(dataclasses.replace(plan, steps=steps)).to_dict()
+
+
+def plan_run_report(plan: Plan, c, views, ledgers, steps: int, prefix: int, last_step: int, threshold: float,
+                    expected: float) -> Dict[str, Any]:
+    """A plan run's ``privacy_report.json``: the plan's report over ``prefix`` steps (the releases on record;
+    ``metadp plan --json``'s for a run that completes) and the run's record, each view's ledger checked
+    against the plan's events (``ledger_matches_plan``)."""
+    if c.private:
+        out = plan_report(plan, prefix)
+    else:
+        noise = None
+        out = run_report(f"metadp train {c.algorithm} (plan: {plan.name})", None, (), plan.sampling, noise, steps,
+                         None)
+    prefix_views = {g.key: g for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
+    entries = []
+    for v in views:
+        ledger = ledgers.get(v.key)
+        charges = len(ledger.entries) if ledger is not None else 0
+        planned = prefix_views[v.key].steps if v.key in prefix_views else None
+        entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
+                        "charged_per": v.charge, "charges": charges, "planned_charges": planned,
+                        "event": v.event.describe() if v.event is not None else None,
+                        "ledger_matches_plan": ledger is not None and charges == planned
+                        and all(r.event == v.event for r in ledger.entries)})
+    out.update({
+        "engine": "local", "algorithm": c.algorithm, "private": c.private, "plan": plan.name,
+        "steps_done": steps, "plan_steps": plan.steps, "plan_prefix_steps": prefix,
+        "budget_unit": plan.unit if c.private else None, "last_step_within_budget": last_step,
+        "clip_policy": c.clip_policy, "final_clip": threshold, "expected_tasks": expected,
+        "accountant_note": ("the plan's report (metadp.plan.plan_epsilon) over the releases on record; each "
+                            "view's ledger holds the plan's event once per charge") if c.private else None,
+        "views": entries,
+        "note": None if c.private else ("non-private: no privacy guarantee (the plan's sampling and steps, without "
+                                        "clipping or noise)"),
+    })
+    return out

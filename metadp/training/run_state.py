@@ -23,7 +23,7 @@ from metadp.training.budget import budget_schedule
 from metadp.training.clipping import ClipPolicy
 from metadp.training.config import TrainConfig
 from metadp.training.privacy import SamplingPlan
-from metadp.training.plan_run import fresh_episodes, plan_report, plan_views
+from metadp.training.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
 from metadp.training.report import run_report
 from metadp.training.samplers import EpisodicSampler, sampler_for
 from metadp.training.tasks import FreshEpisodes
@@ -383,39 +383,9 @@ class _Run:
         return max(steps, covering)
 
     def _plan_report(self, steps: int) -> dict:
-        """A plan run's report: the plan's report over the releases on record (``metadp plan --json``'s for a
-        run that completes) and the run's record, with each ledger checked against the plan's events."""
-        c, plan = self.config, self.plan_file
-        prefix = self.plan_prefix(steps)
-        if c.private:
-            out = plan_report(plan, prefix)
-        else:
-            noise = None
-            out = run_report(f"metadp train {c.algorithm} (plan: {plan.name})", None, (), plan.sampling, noise, steps,
-                             None)
-        prefix_views = {g.key: g for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
-        entries = []
-        for v in self.views:
-            ledger = self.ledgers.get(v.key)
-            charges = len(ledger.entries) if ledger is not None else 0
-            planned = prefix_views[v.key].steps if v.key in prefix_views else None
-            entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
-                            "charged_per": v.charge, "charges": charges, "planned_charges": planned,
-                            "event": v.event.describe() if v.event is not None else None,
-                            "ledger_matches_plan": ledger is not None and charges == planned
-                            and all(r.event == v.event for r in ledger.entries)})
-        out.update({
-            "engine": "local", "algorithm": c.algorithm, "private": c.private, "plan": plan.name,
-            "steps_done": steps, "plan_steps": plan.steps, "plan_prefix_steps": prefix,
-            "budget_unit": plan.unit if c.private else None, "last_step_within_budget": self.last_step,
-            "clip_policy": c.clip_policy, "final_clip": self.policy.threshold, "expected_tasks": self.expected,
-            "accountant_note": ("the plan's report (metadp.plan.plan_epsilon) over the releases on record; each "
-                                "view's ledger holds the plan's event once per charge") if c.private else None,
-            "views": entries,
-            "note": None if c.private else ("non-private: no privacy guarantee (the plan's sampling and steps, without "
-                                            "clipping or noise)"),
-        })
-        return out
+        """A plan run's report (``plan_run.plan_run_report``)."""
+        return plan_run_report(self.plan_file, self.config, self.views, self.ledgers, steps, self.plan_prefix(steps),
+                               self.last_step, self.policy.threshold, self.expected)
 
     def state(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),

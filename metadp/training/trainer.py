@@ -66,8 +66,8 @@ from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResul
 from metadp.training.contributions import resolve as contribution_of
 from metadp.training.run_state import _Run, _json_safe, accountant_for, calibrate, run_views, stream_seed
 
-__all__ = ["TrainConfig", "TrainResult", "train", "calibrate", "run_views", "stream_seed", "ALGORITHMS", "SAMPLERS",
-           "ResumeWarning", "TrainingInterrupted"]
+__all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
+           "SAMPLERS", "ResumeWarning", "TrainingInterrupted"]
 
 
 def _save(path: Path, state: dict) -> None:
@@ -121,7 +121,7 @@ def _warn(message: str) -> None:
 def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, out_dir, *,
           device: str = "cpu", progress: Optional[Callable[[int, float, float], None]] = None,
           resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
-          warn: Optional[Callable[[str], None]] = None, plan=None) -> TrainResult:
+          warn: Optional[Callable[[str], None]] = None, plan=None, engine=None) -> TrainResult:
     """Trains ``model`` on the task ``pool`` (``tasks.SinusoidPool`` or ``tasks.EpisodePool``).
 
     ``out_dir`` receives ``run.json`` (the configuration and ``setup``), one ``ledger-<view>.jsonl`` per
@@ -133,6 +133,11 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
     guarantees replace the configuration's; ``pool`` is then the plan's task pool (``population`` tasks)
     or, for fresh episodes, the image tensor [classes, per_class, C, H, W]; ``config`` carries the plan's
     settings (``plan_run.plan_settings``) and the model and optimiser settings.
+
+    ``engine``: where each step's per-task contributions are computed (None: here, the local engine).
+    Otherwise an object with ``clipped_sum`` (the signature and result of this module's ``_clipped_sum``:
+    e.g. ``metadp.integrations.flower``, whose clients compute them) and ``report_fields()`` (merged into
+    ``privacy_report.json``); sampling, noise, ledgers, update, checkpoints and report stay this loop's.
 
     Every refusal comes before anything is written: the configuration's (no guarantee to budget, a
     budget that does not cover one release), an output path that cannot be a folder, a folder that holds
@@ -150,11 +155,8 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
         TrainingInterrupted: on Ctrl-C (a ``KeyboardInterrupt``), with where the run stopped.
     """
     c = config
-    out = run_folder.check_out_path(out_dir)
-    record = {"config": _json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
-    state, changed = run_folder.check_folder(out, record, resume, resume_changed)
-    run = _Run(pool, c, device, plan)
-    _check_ledgers(out, state, changed, run, _warn if warn is None else warn)
+    out, record, state, changed, run = _prepared(pool, c, out_dir, device, resume, resume_changed, setup, plan,
+                                                 _warn if warn is None else warn)
     run_folder.create(out)
     with run_folder.locked(out):
         if run_folder.inspect(out).run_files != state.run_files:  # another run wrote here after the first check
@@ -168,15 +170,35 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
             run_folder.write_run_file(out, dict(record, history=history))
         run.open_ledgers(out, resume)
         try:
-            return _loop(model, pool, loss_fn, c, out, run, device, progress, resume)
+            return _loop(model, pool, loss_fn, c, out, run, device, progress, resume, engine)
         finally:
             run.close()
 
 
-def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, progress, resume) -> TrainResult:
+def _prepared(pool, c: TrainConfig, out_dir, device, resume, resume_changed, setup, plan, warn):
+    """(out, run.json record, folder state, changed settings, run) after every refusal ``train`` makes before
+    writing; reads only."""
+    out = run_folder.check_out_path(out_dir)
+    record = {"config": _json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
+    state, changed = run_folder.check_folder(out, record, resume, resume_changed)
+    run = _Run(pool, c, device, plan)
+    _check_ledgers(out, state, changed, run, warn)
+    return out, record, state, changed, run
+
+
+def check_run(pool, config: TrainConfig, out_dir, *, device: str = "cpu", resume: bool = False,
+              resume_changed: bool = False, setup: Optional[dict] = None, plan=None) -> None:
+    """Raises every refusal ``train`` with these arguments would raise before writing anything, and writes
+    nothing (e.g. before a federated simulation starts its workers)."""
+    _prepared(pool, config, out_dir, device, resume, resume_changed, setup, plan, None)
+
+
+def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, progress, resume,
+          engine=None) -> TrainResult:
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
     alg = c.family
     contribution = contribution_of(alg)
+    clipped_sum = _clipped_sum if engine is None else engine.clipped_sum
     optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
     done, losses = 0, []
     if resume and (out / "checkpoint.pt").exists():
@@ -210,9 +232,9 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
             detached = {k: v.detach() for k, v in params.items()}
             threshold = run.policy.threshold
             clipping = central and math.isfinite(threshold) and c.bounded
-            total, norms, task_losses = _clipped_sum(alg, model, detached, tasks, rows, weights, loss_fn, c, run,
-                                                     contribution, threshold if clipping else None,
-                                                     central and c.clip_policy == "raw-percentile")
+            total, norms, task_losses = clipped_sum(alg, model, detached, tasks, rows, weights, loss_fn, c, run,
+                                                    contribution, threshold if clipping else None,
+                                                    central and c.clip_policy == "raw-percentile")
             std = alg.release_std(c, threshold, z_sum)
             # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
             total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
@@ -251,6 +273,8 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     if saved != done or not (out / "checkpoint.pt").exists():
         _checkpoint(out, params, optimizer, run, done, losses)
     report = run.report(done)
+    if engine is not None:
+        report.update(engine.report_fields())
     (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     primary = next((v for v in report["views"] if v["view"] == run.primary.key), None) if run.primary else None
     if run.plan_file is not None:  # the plan's report: its epsilon is the primary guarantee's

@@ -150,19 +150,19 @@ def test_the_central_noise_is_drawn_once_a_step_with_std_z_c(algorithm, tmp_path
     ("dp-agrlr", False),  # the client's local sum (clip C_in), divided by m; no local noise at z_in = 0
 ])
 def test_per_example_clipped_query_gradients_are_summed_per_task(algorithm, private, tmp_path, monkeypatch):
-    per_example, released, real_query, real_sum = [], [], P.per_example_query_grads, functional.noisy_sum
+    per_example, released, real_query, real_sum = [], [], P.per_example_query_grads, functional.masked_sum
 
     def query_spy(*args, **kwargs):
         out = real_query(*args, **kwargs)
         per_example.append(out[0])
         return out
 
-    def sum_spy(grads, weights, std, **kw):
+    def sum_spy(grads, weights, *args, **kw):  # the trainer's sum of the step's per-task contributions
         released.append((grads, weights))
-        return real_sum(grads, weights, std, **kw)
+        return real_sum(grads, weights, *args, **kw)
 
     monkeypatch.setattr(P, "per_example_query_grads", query_spy)
-    monkeypatch.setattr(functional, "noisy_sum", sum_spy)
+    monkeypatch.setattr(functional, "masked_sum", sum_spy)
     m = 5
     noise = 1.0 if private else 0.0
     config = TrainConfig(algorithm=algorithm, steps=2, meta_batch=8, clip=1.0,

@@ -177,6 +177,7 @@ def test_interrupted_plan_run_resumes_to_the_plans_report(tmp_path):
     assert result.epsilon_spent == result.report["epsilon"]
 
 
+@pytest.mark.slow
 def test_shuffle_plan_charges_each_pass_once(tmp_path, capsys):
     text = SINUSOID_PLAN.replace('scheme = "poisson"', 'scheme = "shuffle"').replace("population = 120", "population = 24")
     text = text.replace("steps = 4", "steps = 5")  # 2 steps a pass: passes 1, 1, 2, 2, 3
@@ -189,6 +190,7 @@ def test_shuffle_plan_charges_each_pass_once(tmp_path, capsys):
     assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 3
 
 
+@pytest.mark.slow
 def test_epsilon_calibrates_the_plan_and_save_plan_writes_what_ran(tmp_path, capsys):
     plan = _write(tmp_path, SINUSOID_PLAN)
     saved = tmp_path / "calibrated.toml"
@@ -295,3 +297,49 @@ def test_a_large_lot_in_chunks_trains_exactly_as_in_one_piece(tmp_path):
     for name, value in whole.params.items():
         torch.testing.assert_close(chunked.params[name], value, rtol=1e-5, atol=1e-6)
     assert whole.report["epsilon"] == chunked.report["epsilon"]
+
+
+@pytest.mark.parametrize("sampling", ['scheme = "poisson"\npopulation = 40\nbatch_size = 4',
+                                      'scheme = "episodic"\nepisodes = 5'])
+def test_the_runs_episodes_contain_a_record_as_often_as_the_plans_event_says(sampling):
+    # the run's own step_tasks (the sampler, the fresh-episode drawer and the padding), seen from one record:
+    # the sampled episodes that contain it are Binomial(slots, q eta) a step, q eta the rate the plan's
+    # record event composes (EpisodicSampled(slots, q P_U, r): q P_U r = q eta)
+    from metadp.training.run_state import _Run
+    from metadp.verify.fidelity import episodic_multiplicity_test
+
+    text = EPISODIC_PLAN.replace('scheme = "episodic"\nepisodes = 3', sampling).format(classes=6)
+    text = text.replace("units = 20", "units = 4").replace('unit = "record"', 'unit = "task"' if "poisson" in sampling
+                                                           else 'unit = "record"')
+    plan = loads_plan(text)
+    images = torch.arange(6 * 4, dtype=torch.float32).reshape(6, 4, 1, 1, 1)  # image value = record id
+    alg = algorithms.get("dp-maml")
+    run = _Run(tasks.EpisodeImages(images), TrainConfig(algorithm="dp-maml", **plan_settings(plan, alg)), "cpu", plan)
+    record_view = next(g for g in run.views if g.unit == "record")
+    slots, rate = record_view.event.episodes, record_view.event.unit_rate * record_view.event.within_rate
+    counts = []
+    for _ in range(800):
+        fresh, rows, weights = run.step_tasks(run.sampler.sample())
+        x_s, _, x_q, _ = fresh.batch(rows)
+        holds = (torch.cat([x_s, x_q], dim=1).flatten(1) == 0).any(dim=1)  # record 0 in the episode
+        counts.append(int((holds & (weights > 0)).sum()))
+    result = episodic_multiplicity_test(counts, slots, rate, 1e-3)
+    assert result.passed, result.detail
+    assert rate == pytest.approx((4 / 40 if "poisson" in sampling else 1.0) * (5 / 6) * (2 / 4))  # 5 of 6, 2 of 4
+
+
+@pytest.mark.slow
+def test_a_plans_count_noise_runs_the_quantile_policy_accounted_as_the_plan_accounts_it(tmp_path, capsys):
+    from metadp.accounting.adaptive_clipping import combined_noise_multiplier, sum_noise_multiplier
+
+    plan = _write(tmp_path, SINUSOID_PLAN.replace("multiplier = 0.9", "multiplier = 0.9\ncount_noise = 2.0"))
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "privacy_report.json").read_text())
+    _assert_same_report(report, _plan_json(plan, capsys))
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert report["clip_policy"] == config["clip_policy"] == "quantile" and config["count_noise"] == 2.0
+    # the trainer's z is the sum's and the count's together; the sum itself carries the plan's multiplier
+    assert config["noise_multiplier"] == pytest.approx(combined_noise_multiplier(0.9, 2.0), rel=1e-12)
+    assert sum_noise_multiplier(config["noise_multiplier"], 2.0) == pytest.approx(0.9, rel=1e-9)

@@ -273,6 +273,7 @@ def test_resume_changed_cannot_change_what_a_release_is(run_copy, capsys):
 
 
 # ------------------------------------------------------------------------ no traceback, for real
+@pytest.mark.slow  # the refusals run in-process above; this checks a real process's stderr (~20 s)
 def test_no_traceback_from_the_real_command(tmp_path):
     garbage = tmp_path / "omniglot"
     garbage.mkdir()

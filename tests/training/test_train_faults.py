@@ -77,6 +77,7 @@ def verified(path: Path) -> Ledger:
     return Ledger.open(path, readonly=True)
 
 
+@pytest.mark.slow  # a real process, killed mid-run (~20 s): with the slow sweeps in CI
 def test_sigkill_mid_run_then_resume_keeps_every_release(tmp_path):
     out = tmp_path / "run"
     ledger = out / "ledger-task.jsonl"
@@ -104,6 +105,7 @@ def test_sigkill_mid_run_then_resume_keeps_every_release(tmp_path):
     assert len(after) - 1 <= len(verified(out / "ledger-record.jsonl")) <= len(after)
 
 
+@pytest.mark.slow  # a real process, killed mid-run (~20 s): with the slow sweeps in CI
 def test_ctrl_c_stops_with_one_line_and_status_130(tmp_path):
     out = tmp_path / "run"
     ledger = out / "ledger-task.jsonl"

@@ -1,0 +1,431 @@
+"""DP-FedMeta on Flower (``pip install 'metadp[federated]'``; tested with flwr 1.42.0): each client holds
+one task, the server runs metadp's trainer step, and the run's report is the plan's.
+
+Roles (Flower's Message API: a ``ServerApp`` and a ``ClientApp``):
+
+* **client** (:func:`client_app`): one client = one task of the plan's population, identified by the
+  ``partition-id`` in its node config (a SuperNode started with ``--node-config "partition-id=3"``; the
+  simulation numbers its nodes 0..N-1). On a ``train`` message (the global parameters and the inner-loop
+  settings) it runs the algorithm's per-task computation on its own task (DP-AGR: the MAML inner loop and
+  the meta-gradient, dp-fedmeta.txt Alg. 1, client side) and replies with it, neither clipped nor
+  noised. On a ``query`` message it says its ``partition-id``.
+* **server** (:class:`DpFedMetaStrategy`): the ``engine`` of ``metadp.training.trainer.train``. The
+  trainer's loop draws the step's clients with the plan's sampler (``_Run``: Poisson, each client
+  independently, an empty draw still releases noise; fixed-size batches under the substitution relation;
+  shuffled passes; everyone), never Flower's own node sampling; :meth:`DpFedMetaStrategy.configure_train`
+  sends one message to each drawn client and to no other; :meth:`DpFedMetaStrategy.aggregate_train`
+  checks the replies; the loop then clips each client's update to C, sums, adds N(0, (zC)^2) once with
+  the run's noise generator, appends the release to every ledger, and updates the model: the local
+  engine's code, so on one seed both engines draw the same clients and the same noise and agree on the
+  model to float rounding.
+* :func:`server_app`: the ServerApp that waits for the clients and runs the trainer with the strategy;
+  :func:`simulate`: server and clients as a Flower simulation on this machine (Ray), one virtual
+  SuperNode per task of the population.
+
+Clients that fail. A selected client that raises, does not answer within ``timeout`` seconds, or sends
+anything but a finite update of the model's names and shapes contributes a zero update to that step.
+A zero vector is a valid clipped update (norm 0 <= C), so the released sum is still a sum of per-client
+terms each of norm at most C, where each client's term depends on that client only (its data, its
+failure): one client added or removed moves it by at most C (2C under substitution), the sensitivity
+the accounting uses; the sampling is the sampler's draw, made before anyone is asked, so the sampling
+event is unchanged; the noise is added and the step charged whatever answered. This needs a client's
+failure to be independent of the other clients' data (no client fails because another is present).
+The report counts the dropped updates (``federated``); those counts, like who was selected, are the
+server's knowledge and are not covered by the guarantee: remove them from a report you publish.
+
+Whom the guarantee protects against: anyone who sees the released noisy aggregates and the models
+(each selected client receives the current model: it is such an observer). Not the server: it sees
+every selected client's update before the noise (DP-AGR). Clients are assumed honest-but-curious
+(they compute their update as told; they never see another client's update). Amplification by
+sampling assumes the selection stays hidden: against an observer who can tell which clients were sent
+the model, only one Gaussian release per round holds; under fixed-size selection, colluding clients
+can infer from their own selections whether another client was selected (Poisson selections are
+independent of each other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import math
+import os
+import threading
+import time
+import warnings
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+import torch
+
+from metadp.training import algorithms, data_setups, datasets
+from metadp.training import functional as F
+from metadp.training.config import TrainConfig, TrainResult
+from metadp.training.contributions import resolve as contribution_of
+from metadp.training.federated import INSTALL_HINT
+from metadp.training.run_state import stream_seed
+from metadp.training.trainer import check_run, train
+
+try:
+    import flwr
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+except ImportError as _err:  # pragma: no cover - exercised only without flwr
+    raise ImportError(f"metadp.integrations.flower needs Flower's simulation engine: {INSTALL_HINT}") from _err
+
+__all__ = ["ClientTask", "SimulatedTasks", "Population", "DpFedMetaStrategy", "client_app", "client_update",
+           "server_app", "simulate", "DEFAULT_BACKEND"]
+
+DEFAULT_BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                   "init_args": {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False, "logging_level": "ERROR",
+                                 "log_to_driver": False}}
+"""Ray for :func:`simulate`: one CPU, one client computing at a time (raise ``num_cpus`` on a larger machine)."""
+
+_POLL = 0.02  # seconds between the server's polls for replies
+
+
+# -- the client ---------------------------------------------------------------------------------------
+class ClientTask(NamedTuple):
+    """What one client holds: the model's architecture (its weights are the server's), a task pool with
+    ``batch``/``joint_batch`` (``metadp.training.tasks``), the row of its own task there, and the loss."""
+
+    model: torch.nn.Module
+    tasks: Any
+    row: int
+    loss_fn: Callable
+
+
+def client_update(task: ClientTask, params: Dict[str, torch.Tensor], *, algorithm: str, inner_steps: int,
+                  inner_lr: float, first_order: bool):
+    """(update, loss): the algorithm's per-task contribution on the client's own task at ``params``
+    (``metadp.training.contributions``; DP-AGR: the MAML meta-gradient), unclipped, and its query loss."""
+    alg = algorithms.get(algorithm)
+    if alg.inner_dp or not alg.meta_loop:
+        raise ValueError(f"algorithm {algorithm!r}: a Flower client computes the per-task updates of "
+                         f"{', '.join(algorithms.names(meta_loop=True, inner_dp=False))}, without noise of its own")
+    config = TrainConfig(algorithm=algorithm, inner_steps=inner_steps, inner_lr=inner_lr, first_order=first_order)
+    rows = torch.tensor([task.row])
+    updates, losses = contribution_of(alg)(alg, task.model, params, task.tasks, rows, task.loss_fn, config, None)
+    return {k: v[0].detach() for k, v in updates.items()}, float(losses[0])
+
+
+def _partition(context) -> int:
+    return int(context.node_config["partition-id"])
+
+
+def client_app(load_task: Callable[[int], ClientTask]) -> ClientApp:
+    """The ClientApp of one client: ``load_task(partition_id)`` gives its task (picklable for a simulation:
+    Ray sends it to the worker processes; cache inside it, it is called for every message)."""
+    app = ClientApp()
+
+    @app.query()
+    def identify(message, context):
+        return Message(RecordDict({"client": ConfigRecord({"partition-id": _partition(context)})}), reply_to=message)
+
+    @app.train()
+    def update(message, context):
+        pid = _partition(context)
+        settings = message.content["config"]
+        params = message.content["arrays"].to_torch_state_dict()
+        grads, loss = client_update(load_task(pid), params, algorithm=str(settings["algorithm"]),
+                                    inner_steps=int(settings["inner-steps"]), inner_lr=float(settings["inner-lr"]),
+                                    first_order=bool(settings["first-order"]))
+        return Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=grads),
+                                   "metrics": MetricRecord({"loss": loss, "partition-id": pid})}), reply_to=message)
+
+    return app
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedTasks:
+    """The clients' tasks of a simulation: task ``partition-id`` of the pool that ``metadp train --data``
+    builds from these settings (the pool is built once per worker process)."""
+
+    data: str
+    pool: int
+    seed: int
+    data_dir: Optional[str] = None
+    rotations: bool = False
+    norm: Optional[str] = None
+
+    def __call__(self, partition_id: int) -> ClientTask:
+        model, pool, loss_fn = _simulated_pool(self)
+        if not 0 <= partition_id < pool.size:
+            raise ValueError(f"partition-id must be in [0, {pool.size}), got {partition_id}")
+        return ClientTask(model, pool, partition_id, loss_fn)
+
+
+@functools.lru_cache(maxsize=4)
+def _simulated_pool(spec: SimulatedTasks):
+    args = SimpleNamespace(**dataclasses.asdict(spec), device="cpu", fresh_episodes=False, shots=None, n_way=None)
+    make, pool, loss_fn, _ = data_setups.resolve(datasets.get(spec.data).setup)(args)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(spec.seed, "model"))  # the architecture only: the server sends the weights
+        model = make()
+    return model, pool, loss_fn
+
+
+# -- the server ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """What the server knows of the clients' tasks: how many (the trainer's ``pool`` on the server; the
+    tasks themselves stay with the clients)."""
+
+    size: int
+    query_per_task: Optional[int] = None
+
+
+class DpFedMetaStrategy:
+    """The server's side of each step (the trainer's ``engine``; module docstring).
+
+    Args:
+        grid: the Flower ``Grid`` of the ServerApp.
+        clients: partition-id (task index) -> node id, for every client of the population.
+        timeout: seconds to wait for a step's replies (later replies are ignored: those clients dropped).
+    """
+
+    def __init__(self, grid, clients: Dict[int, int], *, timeout: float = 600.0,
+                 stop: Optional[threading.Event] = None):
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        self.grid, self.node_of, self.timeout = grid, dict(clients), float(timeout)
+        # set: the next poll raises KeyboardInterrupt (the trainer's loop stops as on Ctrl-C)
+        self.stop = stop if stop is not None else threading.Event()
+        self.rounds: List[Dict[str, int]] = []  # per step of this process: selected, dropped
+
+    @classmethod
+    def connect(cls, grid, population: int, *, timeout: float = 600.0,
+                stop: Optional[threading.Event] = None) -> "DpFedMetaStrategy":
+        """Waits for the population's clients, asks each its partition-id and checks that they are
+        0..population-1, one node each (else ValueError, before any step)."""
+        strategy = cls(grid, {}, timeout=timeout, stop=stop)
+        deadline = time.monotonic() + strategy.timeout
+        nodes = list(grid.get_node_ids())
+        while len(nodes) < population and time.monotonic() < deadline:
+            strategy._wait()
+            nodes = list(grid.get_node_ids())
+        if len(nodes) != population:
+            raise ValueError(f"the plan's sampling.population is {population} clients, but {len(nodes)} are connected")
+        queries = [Message(RecordDict(), dst_node_id=n, message_type="query") for n in nodes]
+        found: Dict[int, int] = {}
+        for reply in strategy._exchange(queries):
+            if reply.has_error():
+                raise ValueError(f"client node {reply.metadata.src_node_id} did not say its partition-id: "
+                                 f"{reply.error.reason}")
+            pid = int(reply.content["client"]["partition-id"])
+            if pid in found:
+                raise ValueError(f"two client nodes say partition-id {pid}: each task of the population is one client")
+            found[pid] = reply.metadata.src_node_id
+        if sorted(found) != list(range(population)):
+            raise ValueError(f"the clients' partition-ids must be 0..{population - 1} (the plan's population), got "
+                             f"{sorted(found)[:10]}{'...' if len(found) > 10 else ''}")
+        strategy.node_of = found
+        return strategy
+
+    def _wait(self) -> None:
+        if self.stop.wait(_POLL):
+            raise KeyboardInterrupt
+
+    def _exchange(self, messages: List[Message]) -> List[Message]:
+        """Pushes ``messages`` and pulls their replies until all came or the timeout passed."""
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        waiting = set(self.grid.push_messages(messages))
+        deadline = time.monotonic() + self.timeout
+        replies: List[Message] = []
+        while True:
+            got = list(self.grid.pull_messages(waiting))
+            replies.extend(got)
+            waiting -= {m.metadata.reply_to_message_id for m in got}
+            if not waiting or time.monotonic() >= deadline:
+                return replies
+            self._wait()
+
+    def configure_train(self, server_round: int, params: Dict[str, torch.Tensor], selected: List[int],
+                        config: TrainConfig) -> List[Message]:
+        """One ``train`` message to each selected client (the sampler's draw), and to no other."""
+        settings = {"algorithm": config.algorithm, "inner-steps": config.inner_steps, "inner-lr": config.inner_lr,
+                    "first-order": config.first_order, "round": server_round}
+        state = {k: v.detach().cpu() for k, v in params.items()}
+        return [Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=state), "config": ConfigRecord(settings)}),
+                        dst_node_id=self.node_of[i], message_type="train", group_id=str(server_round))
+                for i in selected]
+
+    def aggregate_train(self, messages: List[Message], replies: List[Message], params: Dict[str, torch.Tensor]):
+        """(updates name -> [n, *shape], losses [n], answered bool [n]) of the n selected clients, in the
+        order of ``messages``: a client that failed, timed out or sent an invalid update has a zero update
+        (module docstring). Nothing is clipped or noised here."""
+        n = len(messages)
+        position = {m.metadata.message_id: j for j, m in enumerate(messages)}
+        updates = {k: torch.zeros((n,) + tuple(v.shape), dtype=v.dtype) for k, v in params.items()}
+        losses, answered = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
+        for reply in replies:
+            j = position.get(reply.metadata.reply_to_message_id)
+            if j is None or answered[j] or reply.has_error():
+                continue
+            update = _valid_update(reply, params)
+            if update is None:
+                continue
+            for k, v in update.items():
+                updates[k][j] = v
+            losses[j] = _reply_loss(reply)
+            answered[j] = True
+        self.rounds.append({"selected": n, "dropped": int(n - int(answered.sum()))})
+        return updates, losses, answered
+
+    def clipped_sum(self, alg, model, params, tasks, rows, weights, loss_fn, c, run, contribution, threshold,
+                    raw_norms):
+        """``metadp.training.trainer._clipped_sum`` with the clients computing: (sum of the clipped updates,
+        their norms before clipping or None, losses), per trainer row (pads weigh 0 and stay 0)."""
+        drawn = torch.nonzero(weights > 0).flatten()
+        selected = [int(i) for i in rows[drawn].tolist()]
+        messages = self.configure_train(len(self.rounds) + 1, params, selected, c)
+        updates, losses, _ = self.aggregate_train(messages, self._exchange(messages) if messages else [], params)
+        norms = None
+        if threshold is not None:
+            updates, norms = F.clip(updates, threshold, c.clip_mode)
+        elif raw_norms:
+            norms = F.flat_norms(updates)
+        total = F.masked_sum(updates, None)
+        row_losses = torch.zeros(rows.numel(), dtype=losses.dtype)
+        row_losses[drawn] = losses
+        row_norms = None
+        if norms is not None:
+            row_norms = torch.zeros(rows.numel(), dtype=norms.dtype)
+            row_norms[drawn] = norms
+        return total, row_norms, row_losses
+
+    def report_fields(self) -> Dict[str, Any]:
+        """``privacy_report.json``'s engine and the clients' record of the steps this process ran."""
+        selected = sum(r["selected"] for r in self.rounds)
+        dropped = sum(r["dropped"] for r in self.rounds)
+        return {"engine": "flower", "federated": {
+            "framework": f"flwr {flwr.__version__}", "clients": len(self.node_of), "rounds_run": len(self.rounds),
+            "updates_asked": selected, "updates_dropped": dropped,
+            "rounds_with_dropouts": [dict(r, round=i + 1) for i, r in enumerate(self.rounds) if r["dropped"]],
+            "selection": "the plan's sampler (metadp.training.samplers) on the run's seed: one train message to each "
+                         "drawn client and to no other",
+            "dropouts": "a selected client that failed, timed out or sent an invalid update counted as a zero update: "
+                        "the sum's sensitivity and the sampling event are unchanged, the noise was added and the step "
+                        "charged",
+            "note": "these counts (the rounds this server process ran) are the server's knowledge, not covered by the "
+                    "guarantee: remove them before publishing this report",
+            "adversary": "anyone who sees the released noisy aggregates and the models; not the server, which sees "
+                         "each selected client's update before the noise (DP-AGR)"}}
+
+
+def _reply_loss(reply: Message) -> float:
+    """The client's query loss (diagnostics only: 0 when missing or not a finite number)."""
+    try:
+        loss = float(reply.content["metrics"]["loss"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return loss if math.isfinite(loss) else 0.0
+
+
+def _valid_update(reply: Message, params: Dict[str, torch.Tensor]) -> Optional[Dict[str, torch.Tensor]]:
+    """The reply's update as tensors, if it has exactly the model's names and shapes and is finite."""
+    if "arrays" not in reply.content.array_records:
+        return None
+    try:
+        update = reply.content["arrays"].to_torch_state_dict()
+    except (TypeError, ValueError):
+        return None
+    if set(update) != set(params):
+        return None
+    out = {}
+    for k, v in update.items():
+        if tuple(v.shape) != tuple(params[k].shape) or not bool(torch.isfinite(v).all()):
+            return None
+        out[k] = v.to(params[k].dtype)
+    return out
+
+
+# -- the simulation -----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _quiet():
+    """Flower's and Ray's logs and warnings off while the simulation runs (a run prints its own summary)."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, timeout: float = 600.0,
+               outcome: Optional[Dict[str, Any]] = None, **train_options) -> ServerApp:
+    """The ServerApp of a run of ``plan``: waits for its population of clients, checks their partition-ids,
+    then runs ``metadp.training.trainer.train(model, Population(N), None, config, out_dir, plan=plan,
+    engine=<its DpFedMetaStrategy>, **train_options)`` (``resume``, ``progress``, ``setup``, ...).
+
+    For a deployment, pass ``resume=True``: a restarted server then continues the run in ``out_dir``
+    with every release on its ledgers still charged. ``outcome`` (a dict; :func:`simulate`'s) receives
+    the ``result`` or the ``error`` instead of raising it and sets its ``finished`` event when the run
+    ends; setting its ``stop`` event stops the run at the server's next poll (as Ctrl-C does).
+    """
+    population = Population(plan.sampling.population)
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        try:
+            stop = outcome.get("stop") if outcome is not None else None
+            strategy = DpFedMetaStrategy.connect(grid, population.size, timeout=timeout, stop=stop)
+            result = train(model, population, None, config, out_dir, plan=plan, engine=strategy, **train_options)
+            if outcome is not None:
+                outcome["result"] = result
+        except BaseException as err:  # noqa: B036 - the caller's thread raises it
+            if outcome is None:
+                raise
+            outcome["error"] = err
+        finally:
+            if outcome is not None:
+                outcome.setdefault("finished", threading.Event()).set()
+
+    return app
+
+
+def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load_task: Callable[[int], ClientTask],
+             progress=None, resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
+             warn=None, timeout: float = 600.0, backend_config: Optional[dict] = None) -> TrainResult:
+    """Runs ``plan`` (``metadp.training.plan_run``) as a Flower simulation on this machine: :func:`server_app`
+    and :func:`client_app` with one virtual SuperNode per task of the population (``partition-id`` 0..N-1),
+    ``load_task(partition_id)`` giving each client its task. The run folder, ledgers, checkpoints, resume
+    and report are the local engine's, with ``"engine": "flower"`` and the clients' record in the report.
+
+    Every refusal of ``train`` comes before the simulation starts and before anything is written; the
+    clients' partition-ids are checked before the first step. Flower's telemetry is off unless
+    ``FLWR_TELEMETRY_ENABLED`` is set.
+
+    Raises:
+        ValueError: a refusal (``train``'s, or the clients').
+        TrainingInterrupted: on Ctrl-C, with the ledgers holding every release (``resume=True`` continues).
+    """
+    population = Population(plan.sampling.population)
+    check_run(population, config, out_dir, resume=resume, resume_changed=resume_changed, setup=setup, plan=plan)
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    outcome: Dict[str, Any] = {"finished": threading.Event(), "stop": threading.Event()}
+    server = server_app(model, config, out_dir, plan=plan, timeout=timeout, outcome=outcome, progress=progress,
+                        resume=resume, resume_changed=resume_changed, setup=setup, warn=warn)
+    try:
+        with _quiet():
+            run_simulation(server, client_app(load_task), num_supernodes=population.size,
+                           backend_config=backend_config if backend_config is not None else DEFAULT_BACKEND)
+    except KeyboardInterrupt:  # Ctrl-C lands in this thread: stop the server's loop at its next poll
+        outcome["stop"].set()
+        outcome["finished"].wait(60.0)
+        if "error" not in outcome:
+            raise
+    if "error" in outcome:
+        raise outcome["error"]
+    if "result" not in outcome:
+        raise RuntimeError("the Flower simulation ended before the server's run did")
+    return outcome["result"]

@@ -1,0 +1,484 @@
+"""DP-FedMeta on Flower (`metadp train ALGO --engine flower --plan FILE`, metadp.integrations.flower).
+
+Most tests drive the server's strategy through an in-process stand-in for Flower's Grid that calls the
+real ClientApp directly (no Ray): the strategy, the clients and the trainer's loop are the ones a
+simulation runs, only the transport differs. One test runs the real thing: a Flower simulation (Ray) of
+20 clients for 3 rounds from the command line, whose report must equal `metadp plan --json` and whose
+model must equal the local engine's on the same seed (noise on: both draw the same noise).
+
+What must hold: the clients asked each step are exactly the plan sampler's draw (and pass the sampler
+fidelity test for Poisson selection); with the noise off the Flower engine trains the local engine's
+model; a client that fails, times out or sends garbage contributes a zero update, the step is still
+charged and the report counts the dropout; an interrupted server resumes without losing a release;
+whatever the engine cannot run is refused with one line before anything is written.
+"""
+
+import json
+import math
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from metadp.accounting.ledger import Ledger  # noqa: E402
+from metadp.cli import main  # noqa: E402
+from metadp.plan import loads_plan, plan_epsilon  # noqa: E402
+from metadp.training import algorithms, federated, models, tasks  # noqa: E402
+from metadp.training import functional as F  # noqa: E402
+from metadp.training.config import TrainConfig  # noqa: E402
+from metadp.training.plan_run import plan_settings  # noqa: E402
+from metadp.training.run_state import stream_seed  # noqa: E402
+from metadp.training.samplers import sampler_for  # noqa: E402
+from metadp.training.trainer import TrainingInterrupted, train  # noqa: E402
+from metadp.verify.fidelity import poisson_inclusion_test  # noqa: E402
+
+PLAN = """\
+name = "DP-AGR, {population} sinusoid clients"
+unit = "task"
+delta = 1e-5
+steps = {steps}
+
+[sampling]
+scheme = "{scheme}"
+population = {population}
+batch_size = {batch}
+
+[noise]
+mechanism = "gaussian"
+multiplier = 0.9
+"""
+
+
+def _plan_text(population=20, batch=5, steps=3, scheme="poisson"):
+    return PLAN.format(population=population, batch=batch, steps=steps, scheme=scheme)
+
+
+def _mse(out, y):
+    return ((out - y) ** 2).mean()
+
+
+def _model():
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(0, "model"))
+        return models.MLP()
+
+
+def _config(algorithm, plan, **extra):
+    extra.setdefault("checkpoint_every", 50)  # a plan run's checkpoint computes the plan's report (~0.1 s)
+    return TrainConfig(algorithm=algorithm, first_order=True, inner_lr=0.01,
+                       **plan_settings(plan, algorithms.get(algorithm)), **extra)
+
+
+@pytest.fixture
+def flower(monkeypatch):
+    pytest.importorskip("flwr")
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from metadp.integrations import flower
+
+    # who this process is, to Flower's Message constructor (a ServerApp process has it set by Flower)
+    for name, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, getattr(TaskIdentity, name) or value)
+    return flower
+
+
+class InProcessGrid:
+    """Flower's Grid, in this process: each pushed message is answered at once by the real ClientApp
+    (an exception becomes Flower's error reply, as the simulation's workers make it); partitions in
+    ``silent`` never answer train messages. Node ids are not in partition order."""
+
+    def __init__(self, app, population, *, silent=(), garbage=None):
+        from flwr.app import Context, Error, Message, RecordDict
+
+        self._flwr = (Context, Error, Message, RecordDict)
+        self.app, self.population, self.silent = app, population, set(silent)
+        self.garbage = dict(garbage or {})  # partition id -> what it sends instead of its update
+        self.partition_of = {10_007 * (i + 3) % 99_991 + 1: i for i in range(population)}
+        self.asked = {}  # step (the message's group id) -> partition ids sent a train message, in order
+        self._replies = {}
+
+    def get_node_ids(self):
+        return list(self.partition_of)
+
+    def push_messages(self, messages):
+        Context, Error, Message, RecordDict = self._flwr
+        ids = []
+        for m in messages:
+            m.metadata.__dict__["_message_id"] = uuid.uuid4().hex  # as Flower's grids number them
+            ids.append(m.metadata.message_id)
+            pid = self.partition_of[m.metadata.dst_node_id]
+            if m.metadata.message_type == "train":
+                self.asked.setdefault(int(m.metadata.group_id), []).append(pid)
+                if pid in self.silent:
+                    continue
+            context = Context(run_id=1, node_id=m.metadata.dst_node_id, state=RecordDict(), run_config={},
+                              node_config={"partition-id": pid, "num-partitions": self.population})
+            try:
+                reply = self.app(m, context)
+                if m.metadata.message_type == "train" and pid in self.garbage:
+                    reply.content["arrays"] = self.garbage[pid](reply.content["arrays"])
+                self._replies[m.metadata.message_id] = reply
+            except Exception as err:  # noqa: BLE001 - a failing client, as the simulation reports it
+                self._replies[m.metadata.message_id] = Message(Error(code=0, reason=repr(err)), reply_to=m)
+        return ids
+
+    def pull_messages(self, ids):
+        return [self._replies.pop(i) for i in list(ids) if i in self._replies]
+
+
+class Tasks:
+    """The clients' tasks: sinusoid task ``partition-id`` of one pool; ``fail`` raise, ``nan`` send NaN."""
+
+    def __init__(self, population, fail=(), nan=()):
+        self.pool, self.fail, self.nan = tasks.SinusoidPool(population, 10, 10, seed=0), set(fail), set(nan)
+        self.model = models.MLP()
+
+    def __call__(self, pid):
+        from metadp.integrations.flower import ClientTask
+
+        if pid in self.fail:
+            raise RuntimeError(f"client {pid} crashed")
+        return ClientTask(self.model, self.pool, pid, _nan_mse if pid in self.nan else _mse)
+
+
+def _nan_mse(out, y):
+    return _mse(out, y) * math.nan
+
+
+def _engine(flower, population, timeout=5.0, **faults):
+    silent, garbage = faults.pop("silent", ()), faults.pop("garbage", None)
+    grid = InProcessGrid(flower.client_app(Tasks(population, **faults)), population, silent=silent, garbage=garbage)
+    return grid, flower.DpFedMetaStrategy.connect(grid, population, timeout=timeout)
+
+
+def _clients(population):
+    """All the server knows of the population (the data stay with the clients: the server never reads it)."""
+    return SimpleNamespace(size=population, query_per_task=None)
+
+
+# -- the server's strategy, in process ----------------------------------------------------------------
+@pytest.mark.parametrize("scheme, population, batch", [("poisson", 20, 5), ("fixed", 20, 5), ("shuffle", 12, 4)])
+def test_each_step_asks_exactly_the_plans_sampler_draw(flower, tmp_path, scheme, population, batch):
+    plan = loads_plan(_plan_text(population, batch, steps=6, scheme=scheme))
+    grid, strategy = _engine(flower, population)
+    train(_model(), _clients(population), None, _config("dp-agr", plan), tmp_path / "run", plan=plan, engine=strategy)
+    sampler = sampler_for(plan.sampling, torch.Generator().manual_seed(stream_seed(0, "sampler")))
+    for step in range(1, 7):
+        drawn = sampler.sample()
+        expected = torch.nonzero(drawn).flatten() if drawn.dtype == torch.bool else drawn
+        assert grid.asked.get(step, []) == expected.tolist(), step
+
+
+def test_the_realised_poisson_selection_passes_the_fidelity_test(flower, tmp_path):
+    population, rate, steps = 20, 0.25, 120
+    plan = loads_plan(_plan_text(population, 5, steps=steps))
+    grid, strategy = _engine(flower, population)
+    config = _config("maml", plan, inner_steps=0)
+    train(models.MLP((1, 4, 1)), _clients(population), None, config, tmp_path / "run", plan=plan, engine=strategy)
+    mask = torch.zeros((steps, population), dtype=torch.bool)
+    for step, asked in grid.asked.items():
+        mask[step - 1, asked] = True
+    result = poisson_inclusion_test(mask.numpy(), rate, 1e-3)
+    assert result.passed, result.detail
+    assert sum(r["selected"] for r in strategy.rounds) == int(mask.sum())
+    # a draw of exactly 5 clients a step (what a fixed-size selection would give) fails the same test
+    fixed = torch.zeros((steps, population), dtype=torch.bool)
+    for t in range(steps):
+        fixed[t, torch.randperm(population, generator=torch.Generator().manual_seed(t))[:5]] = True
+    assert not poisson_inclusion_test(fixed.numpy(), rate, 1e-3).passed
+
+
+@pytest.mark.parametrize("algorithm", ["maml", "dp-agr"])
+def test_the_flower_engine_trains_the_local_engines_model(flower, tmp_path, algorithm):
+    # maml: no clipping and no noise (the plan's sampling only); dp-agr: both engines draw the same noise
+    plan = loads_plan(_plan_text(20, 5, steps=5))
+    config = _config(algorithm, plan, clip=0.5)
+    local = train(_model(), tasks.SinusoidPool(20, 10, 10, seed=0), _mse, config, tmp_path / "local", plan=plan)
+    _, strategy = _engine(flower, 20)
+    fed = train(_model(), _clients(20), None, config, tmp_path / "fed", plan=plan, engine=strategy)
+    assert fed.losses == pytest.approx(local.losses, rel=1e-5)
+    moved = 0.0
+    for name, value in local.params.items():
+        torch.testing.assert_close(fed.params[name], value, rtol=1e-5, atol=1e-7)
+        moved = max(moved, float((value - _model().state_dict()[name]).abs().max()))
+    assert moved > 1e-3  # the model did train: equality is not that of two untouched models
+    assert fed.report["engine"] == "flower" and local.report["engine"] == "local"
+    assert fed.report["epsilon"] == local.report["epsilon"]
+
+
+def _wrong_shape(arrays):
+    from flwr.app import ArrayRecord
+
+    state = arrays.to_torch_state_dict()
+    return ArrayRecord(torch_state_dict={k: torch.zeros(v.numel() + 1) for k, v in state.items()})
+
+
+def _missing_tensor(arrays):
+    from flwr.app import ArrayRecord
+
+    state = arrays.to_torch_state_dict()
+    state.pop(next(iter(state)))
+    return ArrayRecord(torch_state_dict=state)
+
+
+def test_a_failed_silent_or_garbage_client_counts_as_a_zero_update(flower):
+    # of the drawn 2, 3, 5, 7, 9, 10, 11: 3 raises, 5 sends NaN, 9 never answers, 10 and 11 send updates of
+    # other shapes or names; they count as zero. The rows after them are the trainer's Poisson pads (weight 0),
+    # never asked
+    grid, strategy = _engine(flower, 12, timeout=0.5, fail={3}, nan={5}, silent={9},
+                             garbage={10: _wrong_shape, 11: _missing_tensor})
+    params = dict(_model().named_parameters())
+    params = {k: v.detach() for k, v in params.items()}
+    rows, weights = torch.tensor([2, 3, 5, 7, 9, 10, 11, 0, 0]), torch.tensor([1.0, 1, 1, 1, 1, 1, 1, 0, 0])
+    config = TrainConfig(algorithm="dp-agr", first_order=True, inner_lr=0.01)
+    total, norms, losses = strategy.clipped_sum(None, None, params, None, rows, weights, None, config, None, None,
+                                                0.3, False)
+    assert grid.asked == {1: [2, 3, 5, 7, 9, 10, 11]}
+    pool = tasks.SinusoidPool(12, 10, 10, seed=0)
+    expected = {k: torch.zeros_like(v) for k, v in params.items()}
+    for pid in (2, 7):
+        update, _ = flower.client_update(flower.ClientTask(models.MLP(), pool, pid, _mse), params, algorithm="dp-agr",
+                                         inner_steps=1, inner_lr=0.01, first_order=True)
+        clipped, _ = F.clip({k: v.unsqueeze(0) for k, v in update.items()}, 0.3)
+        expected = {k: expected[k] + clipped[k][0] for k in expected}
+    for k in expected:
+        torch.testing.assert_close(total[k], expected[k], rtol=1e-6, atol=1e-8)
+    assert norms[[1, 2, 4, 5, 6, 7, 8]].tolist() == [0.0] * 7 and bool((norms[[0, 3]] > 0).all())
+    assert losses[[1, 2, 4, 5, 6]].tolist() == [0.0] * 5 and bool((losses[[0, 3]] > 0).all())
+    assert strategy.rounds == [{"selected": 7, "dropped": 5}]
+
+
+def test_a_run_with_dropouts_charges_every_step_and_reports_the_dropouts(flower, tmp_path):
+    plan = loads_plan(_plan_text(20, 5, steps=6))
+    grid, strategy = _engine(flower, 20, timeout=0.5, fail={1, 4, 6, 11, 17}, silent={2, 8})
+    result = train(_model(), _clients(20), None, _config("dp-agr", plan), tmp_path / "run", plan=plan,
+                   engine=strategy)
+    asked = [p for step in grid.asked.values() for p in step]
+    dropped = sum(p in {1, 4, 6, 11, 17, 2, 8} for p in asked)
+    assert dropped > 0 and len(asked) > dropped  # the seed draws both kinds
+    fed = result.report["federated"]
+    assert (fed["updates_asked"], fed["updates_dropped"]) == (len(asked), dropped)
+    assert sum(r["dropped"] for r in fed["rounds_with_dropouts"]) == dropped
+    assert len(Ledger.open(tmp_path / "run" / "ledger-task.jsonl", readonly=True).entries) == 6
+    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
+
+
+def test_an_interrupted_server_resumes_without_losing_a_release(flower, tmp_path):
+    plan = loads_plan(_plan_text(20, 5, steps=5))
+    config = _config("dp-agr", plan, checkpoint_every=1)
+    out = tmp_path / "run"
+
+    def stop_at_three(step, loss, spent):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(TrainingInterrupted):
+        train(_model(), _clients(20), None, config, out, plan=plan, engine=_engine(flower, 20)[1],
+              progress=stop_at_three)
+    assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 3
+    result = train(_model(), _clients(20), None, config, out, plan=plan, engine=_engine(flower, 20)[1], resume=True)
+    assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 5  # two more, not five
+    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
+    assert result.report["federated"]["rounds_run"] == 2 and result.report["engine"] == "flower"
+    # the local engine, interrupted and resumed alike, ends with the same model (the step drawn again after the
+    # checkpoint at step 2 is charged twice in both)
+    pool, local = tasks.SinusoidPool(20, 10, 10, seed=0), tmp_path / "local"
+    with pytest.raises(TrainingInterrupted):
+        train(_model(), pool, _mse, config, local, plan=plan, progress=stop_at_three)
+    again = train(_model(), pool, _mse, config, local, plan=plan, resume=True)
+    assert len(again.losses) == len(result.losses)
+    for name, value in again.params.items():
+        torch.testing.assert_close(result.params[name], value, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("nodes, words", [
+    ({"extra": 1}, "population is 4 clients, but 5 are connected"),
+    ({"duplicate": 1}, "two client nodes say partition-id 0"),
+])
+def test_clients_that_do_not_match_the_population_are_refused_before_any_step(flower, nodes, words):
+    grid = InProcessGrid(flower.client_app(Tasks(5)), 5)
+    if "duplicate" in nodes:
+        first, second = list(grid.partition_of)[:2]
+        grid.partition_of[second] = grid.partition_of[first]
+        grid.partition_of.pop(next(n for n, p in grid.partition_of.items() if p == 4))
+    with pytest.raises(ValueError, match=words):
+        flower.DpFedMetaStrategy.connect(grid, 4, timeout=0.2)
+    assert grid.asked == {}
+
+
+# -- the command: refusals (no simulation starts) -----------------------------------------------------
+def _write(tmp_path, text, name="plan.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+EPISODIC = """\
+name = "episodes"
+unit = "record"
+delta = 1e-6
+steps = 2
+
+[sampling]
+scheme = "episodic"
+episodes = 3
+
+[noise]
+mechanism = "gaussian"
+multiplier = 1.0
+clipping = "per_episode"
+
+[[hierarchy]]
+name = "class"
+draw = "fixed"
+size = 5
+units = 150
+
+[[hierarchy]]
+name = "drawing"
+draw = "fixed"
+size = 2
+units = 20
+"""
+
+
+@pytest.mark.parametrize("algorithm, plan, flags, words", [
+    ("dp-agr", None, ["--noise", "1"], "--engine flower runs plan files: give --plan FILE"),
+    ("dp-agrlr", "poisson", [], "dp-agrlr makes releases a plan file does not describe"),
+    ("dp-agr", "poisson", ["--chunk-size", "2"], "--chunk-size does not apply to --engine flower"),
+    ("dp-agr", "episodic", ["--data", "glyphs"], "a client holds one fixed task of the population"),
+    ("protonet", None, ["--data", "glyphs"], "--engine do not apply to protonet"),
+])
+def test_what_the_flower_engine_cannot_run_is_refused_in_one_line(tmp_path, capsys, algorithm, plan, flags, words):
+    out = tmp_path / "run"
+    argv = ["train", algorithm, "--engine", "flower", "--out", str(out)]
+    if plan is not None:
+        argv += ["--plan", _write(tmp_path, EPISODIC if plan == "episodic" else _plan_text())]
+    if "--data" not in flags:
+        argv += ["--data", "sinusoid"]
+    assert main(argv + flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0 and err.startswith("metadp: error:")
+    assert not out.exists()
+
+
+def test_without_flower_the_engine_is_refused_with_the_install_hint(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(federated, "flower_installed", lambda: False)
+    out = tmp_path / "run"
+    assert main(["train", "dp-agr", "--engine", "flower", "--plan", _write(tmp_path, _plan_text()), "--data",
+                 "sinusoid", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'metadp[federated]'" in err and err.count("\n") == 0
+    assert not out.exists()
+
+
+def test_a_folder_holding_a_run_is_refused_before_the_simulation_starts(flower, tmp_path, monkeypatch):
+    plan = loads_plan(_plan_text())
+    out = tmp_path / "run"
+    train(_model(), tasks.SinusoidPool(20, 10, 10, seed=0), _mse, _config("dp-agr", plan), out, plan=plan)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+    monkeypatch.setattr(flower, "run_simulation", lambda *a, **k: pytest.fail("the simulation started"))
+    with pytest.raises(ValueError, match="holds a run"):
+        flower.simulate(_model(), _config("dp-agr", plan), out, plan=plan, load_task=Tasks(20))
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before
+
+
+# -- a real Flower simulation (Ray) --------------------------------------------------------------------
+@pytest.mark.slow  # ~25 s, mostly Ray starting: CI runs it with the slow sweeps (and the README's Flower command)
+def test_a_flower_simulation_of_20_clients_reports_the_plans_epsilon_and_trains_the_local_model(flower, tmp_path,
+                                                                                                capsys):
+    plan = _write(tmp_path, _plan_text(20, 5, steps=3))
+    fed, local = tmp_path / "fed", tmp_path / "local"
+    common = ["--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10", "--seed", "3"]
+    start = time.monotonic()
+    assert main(["train", "dp-agr", "--engine", "flower", *common, "--out", str(fed)]) == 0
+    seconds = time.monotonic() - start
+    printed = capsys.readouterr().out
+    assert "engine flower (Flower simulation): 20 clients" in printed and "0 of " in printed
+    assert seconds < 90, seconds
+    report = json.loads((fed / "privacy_report.json").read_text())
+    assert main(["plan", plan, "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert report["engine"] == "flower" and report["steps_done"] == 3
+    assert report["epsilon"] == pytest.approx(expected["epsilon"], rel=1e-9) and math.isfinite(report["epsilon"])
+    assert report["sampling"] == expected["sampling"] and report["federated"]["clients"] == 20
+    assert all(v["ledger_matches_plan"] for v in report["views"])
+    assert main(["train", "dp-agr", *common, "--out", str(local)]) == 0
+    mine = torch.load(fed / "checkpoint.pt", weights_only=False)["params"]
+    theirs = torch.load(local / "checkpoint.pt", weights_only=False)["params"]
+    for name, value in theirs.items():
+        torch.testing.assert_close(mine[name], value, rtol=1e-5, atol=1e-7)
+    assert json.loads((local / "privacy_report.json").read_text())["epsilon"] == report["epsilon"]
+
+
+class CrashingTasks:
+    """Simulated clients of which ``crash`` raise on every train message (picklable: Ray ships it to its
+    worker processes, which import this module)."""
+
+    def __init__(self, population, crash):
+        self.population, self.crash = population, frozenset(crash)
+
+    def __call__(self, pid):
+        from metadp.integrations.flower import SimulatedTasks
+
+        if pid in self.crash:
+            raise RuntimeError(f"client {pid} crashed")
+        return SimulatedTasks("sinusoid", self.population, 0)(pid)
+
+
+@pytest.mark.slow
+def test_clients_that_crash_in_a_simulation_count_as_dropped_updates(flower, tmp_path):
+    plan = loads_plan(_plan_text(20, 5, steps=4))
+    crash = {0, 5, 6, 13}
+    result = flower.simulate(_model(), _config("dp-agr", plan), tmp_path / "run", plan=plan,
+                             load_task=CrashingTasks(20, crash))
+    sampler = sampler_for(plan.sampling, torch.Generator().manual_seed(stream_seed(0, "sampler")))
+    drawn = [torch.nonzero(sampler.sample()).flatten().tolist() for _ in range(4)]
+    expected = sum(p in crash for step in drawn for p in step)
+    fed = result.report["federated"]
+    assert expected > 0 and fed["updates_asked"] == sum(map(len, drawn))
+    # every crashed client is a dropped update. The exact count failed once on a loaded machine (beside the slow
+    # training tests; the cause was not captured, e.g. Ray losing a healthy client while it restarts a crashed
+    # worker): a lost healthy client is also a dropped update, and the step is still charged
+    assert expected <= fed["updates_dropped"] < fed["updates_asked"]
+    assert len(Ledger.open(tmp_path / "run" / "ledger-task.jsonl", readonly=True).entries) == 4
+    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_a_killed_server_resumes_its_ledger_without_losing_a_release(flower, tmp_path, capsys):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    plan = _write(tmp_path, _plan_text(20, 5, steps=60))
+    out = tmp_path / "run"
+    argv = ["train", "dp-agr", "--engine", "flower", "--plan", plan, "--data", "sinusoid", "--first-order",
+            "--eval-tasks", "10", "--checkpoint-every", "7", "--out", str(out)]
+    server = subprocess.Popen([sys.executable, "-m", "metadp", *argv], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=dict(os.environ, FLWR_TELEMETRY_ENABLED="0"))
+    ledger_path, deadline = out / "ledger-task.jsonl", time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and server.poll() is None:
+            if ledger_path.exists() and len(Ledger.open(ledger_path, readonly=True).entries) >= 10:
+                break
+            time.sleep(0.2)
+        assert server.poll() is None, "the run ended before it could be killed"
+        server.send_signal(signal.SIGKILL)
+    finally:
+        server.kill()
+        server.wait()
+    before = Ledger.open(ledger_path, readonly=True).entries
+    assert 10 <= len(before) < 60
+    assert main(argv + ["--resume"]) == 0
+    after = Ledger.open(ledger_path, readonly=True).entries
+    assert len(after) == 60 and [e.hash for e in after[:len(before)]] == [e.hash for e in before]
+    report = json.loads((out / "privacy_report.json").read_text())
+    capsys.readouterr()
+    assert main(["plan", plan, "--json"]) == 0
+    assert report["engine"] == "flower"
+    assert report["epsilon"] == pytest.approx(json.loads(capsys.readouterr().out)["epsilon"], rel=1e-9)
