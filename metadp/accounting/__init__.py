@@ -31,12 +31,13 @@ from metadp.core.events import (
     NonPrivate,
     NoOp,
     PoissonSampled,
+    PoolSubstitution,
     SelfComposed,
 )
 
 __all__ = [
     "Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "FixedSizeSampled",
-    "SelfComposed", "Composed", "EpisodicSampled", "Group", "RdpAccountant", "PldAccountant", "PldResult",
+    "SelfComposed", "Composed", "EpisodicSampled", "PoolSubstitution", "Group", "RdpAccountant", "PldAccountant", "PldResult",
     "UnsupportedEventError", "event_rdp", "DEFAULT_ORDERS", "RELATIONS", "epsilon_from_rdp", "delta_from_rdp",
     "ACCOUNTANTS", "accountant_class", "make_accountant", "Ledger", "LedgerError", "LedgerCorruptError",
     "TornLedgerError",

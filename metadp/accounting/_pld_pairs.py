@@ -14,6 +14,7 @@ from metadp.core import events as ev
 from metadp.mechanisms.episodic import episodic_record_pairs
 from metadp.mechanisms.gaussian import gaussian_pair, poisson_gaussian_pairs
 from metadp.mechanisms.laplace import LaplacePair
+from metadp.mechanisms.pooled import pooled_record_pair
 
 __all__ = ["event_pairs"]
 
@@ -70,6 +71,8 @@ def _cached_pairs(kind: str, *args) -> tuple:
         return (gaussian_pair(*args),)
     if kind == "laplace":
         return (LaplacePair(*args),)
+    if kind == "pool":
+        return (pooled_record_pair(*args),)
     return tuple(poisson_gaussian_pairs(*args))
 
 
@@ -106,6 +109,16 @@ def _(event: ev.EpisodicSampled, relation):
     _check_noise(event, event.inner.noise_multiplier / (event.shift * event.episodes))  # largest shift: all episodes
     return [(episodic_record_pairs(event.episodes, event.unit_rate, event.within_rate,
                                    event.inner.noise_multiplier, event.shift), 1)]
+
+
+@event_pairs.register
+def _(event: ev.PoolSubstitution, relation):
+    # the event carries the replacement itself: a record added, removed or replaced all replace the
+    # task's clipped contribution by another of norm <= C (metadp.mechanisms.pooled)
+    if math.isinf(event.inner.noise_multiplier) or event.rate == 0.0:
+        return []
+    z = _check_noise(event, event.inner.noise_multiplier / 2.0)  # the largest shift is 2C
+    return [(_cached_pairs("pool", event.rate, 2.0 * z), 1)]
 
 
 @event_pairs.register

@@ -23,8 +23,9 @@ from metadp.core.events import (
     NonPrivate,
     NoOp,
     PoissonSampled,
+    PoolSubstitution,
     SelfComposed,
 )
 
 __all__ = ["Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "FixedSizeSampled",
-           "SelfComposed", "Composed", "EpisodicSampled", "Group", "MAX_COUNT"]
+           "SelfComposed", "Composed", "EpisodicSampled", "PoolSubstitution", "Group", "MAX_COUNT"]

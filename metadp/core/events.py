@@ -34,6 +34,7 @@ __all__ = [
     "SelfComposed",
     "Composed",
     "EpisodicSampled",
+    "PoolSubstitution",
     "Group",
 ]
 
@@ -228,6 +229,34 @@ class EpisodicSampled(Event):
     def describe(self) -> str:
         return (f"episodic sampling ({self.episodes} episodes, unit rate {self.unit_rate:.4g}, within-unit "
                 f"rate {self.within_rate:.4g}, shift {self.shift:g} C per episode) of {self.inner.describe()}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSubstitution(Event):
+    """One step of a Poisson-sampled clipped sum, seen from a unit whose *contribution is replaced*, not
+    removed: a task of a persistent pool holding the record (``metadp.mechanisms.pooled``).
+
+    The unit joins the step with probability ``rate`` under both neighbouring data sets (it stays in
+    the pool); its contribution is clipped to norm C under both, so one neighbour's contribution g and
+    the other's g' both lie in the ball of radius C around the not-sampled output 0 (not merely
+    ||g - g'|| <= 2C). ``inner`` is the Gaussian on the sum, multiplier z = sigma / C.
+
+    Neighbouring relation: whatever changes the unit's content but not its membership (one record of the
+    task added, removed or replaced); the accountants take the same pair for either record relation.
+    """
+
+    rate: float
+    inner: Event
+
+    def __post_init__(self):
+        object.__setattr__(self, "rate", check_probability("rate", self.rate))
+        _check_inner("inner", self.inner)
+        if not isinstance(self.inner, Gaussian):
+            raise ValueError(f"inner must be a Gaussian event for a pool substitution, got {type(self.inner).__name__}")
+
+    def describe(self) -> str:
+        return (f"pool substitution (a clipped contribution replaced within a unit sampled at rate "
+                f"{self.rate:.4g}) of {self.inner.describe()}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,6 +40,7 @@ _SCHEMAS: Dict[str, tuple] = {
     "Composed": (ev.Composed, {"events": "events"}),
     "EpisodicSampled": (ev.EpisodicSampled, {"episodes": "count", "unit_rate": "real", "within_rate": "real",
                                              "inner": "event", "shift": "real"}),
+    "PoolSubstitution": (ev.PoolSubstitution, {"rate": "real", "inner": "event"}),
     "Group": (ev.Group, {"size": "count", "inner": "event"}),
 }
 _NAMES = {cls: name for name, (cls, _) in _SCHEMAS.items()}

@@ -188,6 +188,11 @@ class GaussianMixturePair(DominatingPair):
 
     # -- DominatingPair interface --------------------------------------------------------------
 
+    def _law(self, under: str):
+        """(weights, shifts) of the Gaussian mixture X follows under P or Q (noise ``sigma``)."""
+        mixture = (under == "P") == (self.direction == "add")
+        return (self.weights, self.shifts) if mixture else (np.ones(1), np.zeros(1))
+
     def log_ratio(self, x) -> np.ndarray:
         value = self._loss_add(np.asarray(x, dtype=np.float64))
         return value if self.direction == "add" else -value
@@ -228,9 +233,8 @@ class GaussianMixturePair(DominatingPair):
         remainder (``_quadrature_error``)."""
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
-        mixture = (under == "P") == (self.direction == "add")
         x = self._inverse_add(edges if self.direction == "add" else -edges)  # once: the costly part
-        weights, shifts = (self.weights, self.shifts) if mixture else (np.ones(1), np.zeros(1))
+        weights, shifts = self._law(under)
         # Pr[X <= x] and Pr[X > x] term by term (each from its own side, no complement taken), and each
         # term's ndtr error weighted by the term: a far component's large t counts only as its mass
         below_x, above_x = np.zeros(len(x)), np.zeros(len(x))

@@ -71,6 +71,12 @@ class Sampling:
                                        "records shared between tasks; use Poisson sampling for a record-level "
                                        "guarantee")
 
+    def pooled_task_record(self, noise: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
+        """As ``pooled_record`` where each task's whole contribution is clipped to C under noise multiplier
+        ``noise`` (an appearance moves the sum by 2C, both contributions in the C-ball); schemes with a
+        tighter pair for that case override it (``Poisson``: ``metadp.mechanisms.pooled``)."""
+        return self.pooled_record(2.0 / noise, k)
+
     def contributor(self, unit: str) -> str:
         """Whose clipped contribution a step's sum adds up ("per-<this>")."""
         return unit

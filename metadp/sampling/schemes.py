@@ -63,6 +63,17 @@ class Poisson(_TaskSlots, Sampling):
         """J ~ Bin(k, rate) of the record's tasks sampled, revealed: ``EpisodicSampled(k, rate, 1, N(1/s))``."""
         return "step", ev.EpisodicSampled(k, self.rate, 1.0, ev.Gaussian(1.0 / shift), 1.0), self.pooled_record_basis, ""
 
+    pooled_task_record_basis: ClassVar[str] = (
+        "the task stays in the pool, its clipped contribution replaced: Poisson-sampled substitution pair of "
+        "metadp.mechanisms.pooled (contributions in the C-ball; Zhu, Dong & Wang 2022, Thm. 10 composition)")
+
+    def pooled_task_record(self, noise, k):
+        """One record in one task (k = 1): ``PoolSubstitution(rate, Gaussian(z))``; in k > 1 tasks, the
+        revealed pair of ``pooled_record(2 / z, k)``."""
+        if k != 1:
+            return self.pooled_record(2.0 / noise, k)
+        return "step", ev.PoolSubstitution(self.rate, ev.Gaussian(noise)), self.pooled_task_record_basis, ""
+
     def __post_init__(self):
         object.__setattr__(self, "rate", check_probability("rate", self.rate))
 

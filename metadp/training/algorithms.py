@@ -32,7 +32,7 @@ import math
 from typing import Callable, Optional, Tuple, Union
 
 from metadp.core import events as ev
-from metadp.training.privacy import REFS, SamplingPlan, View, _central, _central_record
+from metadp.training.privacy import REFS, SamplingPlan, View, _central, _central_record, _central_task_record
 from metadp.training.registry import Registry
 
 __all__ = ["Algorithm", "MetaGradient", "SampleLevel", "Reptile", "Prototypical", "REGISTRY", "register", "get",
@@ -149,7 +149,7 @@ def central_views(plan: SamplingPlan, noise: float, k: int, party: str) -> Tuple
     relation, charge, event, basis = _central(plan, noise)
     task = View("task", "task", _EVERYONE, relation, charge, event, basis, f"one {party} (all of its data) added or "
                 "removed")
-    charge, event, basis, reason = _central_record(plan, 2.0 / noise, k)
+    charge, event, basis, reason = _central_task_record(plan, noise, k)
     record = View("record", "record", _EVERYONE, "add_remove", charge, event, basis,
                   reason or f"one record added or removed; it is in at most {k} task(s) of the pool, each of which "
                             "moves the clipped sum by up to 2C")

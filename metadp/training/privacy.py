@@ -25,15 +25,19 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
   sampled (the accountant may grant itself this: the true output is a marginal) leaves a Gaussian
   whose shift is at most J s noise standard deviations, s the shift of one appearance:
   ``EpisodicSampled(k, q, 1, Gaussian(1 / s), shift=1)`` (``metadp.mechanisms.episodic``, J revealed).
-  This is valid but loose: task sampling then amplifies delta, not epsilon (a record in one task at
-  q = 0.0032, z = 1, 1,000 steps: 13.55 where the add/remove task view gives 0.5327). A tight bound for
-  records in persistent tasks (a substitution-type pair, Balle, Barthe & Gaboardi 2018, Thm. 2
-  "advanced joint convexity", composed) is not implemented. Per-task clipping: the task exists either way, so s = 2 / z
-  (DESIGN.md 3.7). Sample-level DP-MAML (Alg. 2), with S inner steps (inner multiplier z_in) and m_q
-  query examples per task: a query appearance moves the outer sum by C (1 / z); a support appearance
-  costs the S inner Gaussians (sqrt(S) / z_in) and, with **second-order** meta-gradients only, also
-  moves each of the task's m_q clipped query gradients by up to 2 C (the inner update's Jacobian holds
-  the record's Hessian without noise; ``metadp.training.private_steps``). With K_s support and K_q
+  This is valid but loose: task sampling then amplifies delta, not epsilon. Per-task clipping: the task
+  exists either way, so s = 2 / z (DESIGN.md 3.7); there, with Poisson sampling and the record in one
+  task (k = 1), both contributions lie in the C-ball around the not-sampled output 0, and the record
+  view is the pool-substitution pair ``PoolSubstitution(q, Gaussian(z))`` (``metadp.mechanisms.pooled``,
+  proved there; task sampling now amplifies epsilon too): at q = 0.0032, z = 1, 1,000 steps, delta = 1e-5
+  the record has <= 1.9 where the revealed pair gave 37.55 and the add/remove task view 0.5327
+  (``_central_record(plan, 2 / z, 1)`` keeps the revealed one for comparison). k > 1 keeps the revealed
+  pair, and so does sample-level DP-MAML (per-example clipping: no C-ball around the not-sampled
+  output). Sample-level DP-MAML (Alg. 2), with S inner steps (inner multiplier z_in) and m_q query
+  examples per task: a query appearance moves the outer sum by C (1 / z); a support appearance costs
+  the S inner Gaussians (sqrt(S) / z_in) and, with **second-order** meta-gradients only, also moves each
+  of the task's m_q clipped query gradients by up to 2 C (the inner update's Jacobian holds the
+  record's Hessian without noise; ``metadp.training.private_steps``). With K_s support and K_q
   query appearances (K_s + K_q = J) the squared shift K_s a + (b K_s + K_q)^2 / z^2 is at most
   J^2 s^2 with s^2 = max(S / z_in^2, 1 / z^2) (first order) or S / z_in^2 + (2 m_q / z)^2 (second).
   One pass: the k appearances may share a step, ``Gaussian(1 / (k s))`` per pass.
@@ -95,3 +99,9 @@ def _central_record(plan: SamplingPlan, s: float, k: int) -> Tuple[str, Optional
     """(charge, event, basis, reason) for a record in k tasks, s noise stds per appearance, as the run's
     sampling scheme gives them (``metadp.sampling``: ``pooled_record``)."""
     return of_run(plan).pooled_record(s, k)
+
+
+def _central_task_record(plan: SamplingPlan, noise: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
+    """As ``_central_record`` for a per-task clipped contribution under noise multiplier ``noise`` (s = 2 / z):
+    Poisson sampling and k = 1 give the pool-substitution pair (``metadp.mechanisms.pooled``)."""
+    return of_run(plan).pooled_task_record(noise, k)
