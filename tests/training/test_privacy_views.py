@@ -29,7 +29,8 @@ torch = pytest.importorskip("torch")
 
 from torch.func import functional_call, grad, jacrev  # noqa: E402
 
-from metadp.accounting import EpisodicSampled, FixedSizeSampled, Gaussian, NonPrivate, PoissonSampled  # noqa: E402
+from metadp.accounting import (EpisodicSampled, FixedSizeSampled, Gaussian, NonPrivate, PoissonSampled,  # noqa: E402
+                               PoolSubstitution)
 from metadp.accounting.pld import PldAccountant  # noqa: E402
 from metadp.training import private_steps as P  # noqa: E402
 from metadp.training.data import synthetic_glyphs  # noqa: E402
@@ -37,7 +38,7 @@ from metadp.training.functional import param_dict  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
 from metadp.training import algorithms  # noqa: E402
 from metadp.training.algorithms import views  # noqa: E402
-from metadp.training.privacy import SamplingPlan  # noqa: E402
+from metadp.training.privacy import SamplingPlan, _central_record  # noqa: E402
 from metadp.training.tasks import EpisodePool  # noqa: E402
 from metadp.training.trainer import TrainConfig, run_views  # noqa: E402
 
@@ -87,8 +88,13 @@ def test_central_poisson_task_and_record_events(algorithm, z, k):
     assert found[0].key == "task" == default_unit(algorithm)
     assert_event(task.event, PoissonSampled(0.05, Gaussian(z)))
     assert (task.unit, task.relation, task.charge) == ("task", "add_remove", "step")
-    # a record's task exists either way: one appearance moves the clipped sum by up to 2C, s = 2 / z
-    assert_event(record.event, EpisodicSampled(k, 0.05, 1.0, Gaussian(z / 2), 1.0))
+    # a record's task exists either way: one appearance moves the clipped sum by up to 2C, s = 2 / z; in one
+    # task, both contributions lie in the C-ball: the pool-substitution pair (metadp.mechanisms.pooled);
+    # in k > 1 tasks, the revealed pair
+    if k == 1:
+        assert_event(record.event, PoolSubstitution(0.05, Gaussian(z)))
+    else:
+        assert_event(record.event, EpisodicSampled(k, 0.05, 1.0, Gaussian(z / 2), 1.0))
     assert (record.unit, record.relation, record.charge) == ("record", "add_remove", "step")
     assert task.basis and record.basis
 
@@ -345,5 +351,6 @@ def test_the_numbers_the_readme_quotes_for_findings_4_and_the_persistent_task_re
     first, second = (views("dp-maml-sample", plan, noise=1.0, inner_noise=1.0, query_per_task=5,
                            record_multiplicity=1, first_order=fo)[0].event for fo in (True, False))
     record, task = (views("dp-maml", plan, noise=1.0, record_multiplicity=1)[i].event for i in (1, 0))
-    for quoted, event in ((13.55, first), (688.1, second), (37.55, record), (0.5327, task)):
+    revealed = _central_record(plan, 2.0, 1)[1]  # the revealed pair the record view used before
+    for quoted, event in ((13.55, first), (688.1, second), (1.871, record), (37.55, revealed), (0.5327, task)):
         assert eps(event) <= quoted <= 1.005 * eps(event), (quoted, eps(event))
