@@ -60,7 +60,7 @@ from metadp.core.validation import check_positive, check_probability, check_real
 from metadp.mechanisms.episodic import RevealedMixture
 from metadp.mechanisms.gaussian import GaussianMixturePair
 
-__all__ = ["AntipodalPair", "pooled_record_pair"]
+__all__ = ["AntipodalPair", "pooled_record_pair", "pooled_record_lower_pair"]
 
 
 class AntipodalPair(GaussianMixturePair):

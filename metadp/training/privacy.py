@@ -30,7 +30,7 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
   task (k = 1), both contributions lie in the C-ball around the not-sampled output 0, and the record
   view is the pool-substitution pair ``PoolSubstitution(q, Gaussian(z))`` (``metadp.mechanisms.pooled``,
   proved there; task sampling now amplifies epsilon too): at q = 0.0032, z = 1, 1,000 steps, delta = 1e-5
-  the record has <= 1.9 where the revealed pair gave 37.55 and the add/remove task view 0.5327
+  the record has <= 1.871 where the revealed pair gave 37.55 and the add/remove task view 0.5327
   (``_central_record(plan, 2 / z, 1)`` keeps the revealed one for comparison). k > 1 keeps the revealed
   pair, and so does sample-level DP-MAML (per-example clipping: no C-ball around the not-sampled
   output). Sample-level DP-MAML (Alg. 2), with S inner steps (inner multiplier z_in) and m_q query

@@ -31,6 +31,7 @@ EXAMPLES = [
     ev.Composed((GAUSS, ev.Laplace(3.0), ev.NoOp())),
     ev.EpisodicSampled(1600, 5 / 1150, 2 / 20, GAUSS),
     ev.EpisodicSampled(10, 1.0, 0.3, ev.Gaussian(2.0), shift=1.0),
+    ev.PoolSubstitution(0.0032, GAUSS),
     ev.Group(3, GAUSS),
     # nested: every container inside every other
     ev.Composed((

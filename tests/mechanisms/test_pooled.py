@@ -184,6 +184,9 @@ def test_readme_example_new_record_bound_between_attained_lower_bound_and_reveal
     task = PldAccountant().compose(ev.PoissonSampled(q, ev.Gaussian(z)), steps).get_epsilon(delta)
     assert attained.epsilon_lower <= new < revealed
     assert task < new < 0.1 * revealed
+    # README quotes these: the new upper bound rounded up, the attained configuration's lower bound rounded down
+    assert new <= 1.871 <= 1.005 * new
+    assert 0.811 <= attained.epsilon_lower <= 1.005 * 0.811
     assert 37.5 <= revealed <= 37.55  # the number README quoted for the revealed view
 
 
