@@ -12,6 +12,8 @@ Oracles and provenance:
   and Gaussian-decaying: the rule's error is far below the 1e-9 slack allowed).
 * The attained configuration g = C, g' = -C is ``AntipodalPair``: checked against the enumeration
   (1e-12), and its composition is a lower bound the certified epsilon must stay above.
+* Composed (slow): certified lower bounds of attained plane configurations at 30-90 degrees (side
+  coordinate binned at each bin's lower rate: a post-processing of the configuration) stay below the bound.
 * The revealed pair it replaces: q times the Gaussian profile at sensitivity 2 (J ~ Bernoulli(q)
   revealed); the new pair must be below it (and strictly, in the composed README case).
 """
@@ -217,3 +219,35 @@ def test_degenerate_rates():
     assert always == pytest.approx(gauss, rel=1e-3)
     with pytest.raises(ValueError, match="rate"):
         pooled_record_pair(0.0, 1.0)
+
+
+def _configuration_lower_pair(q, z, angle, h=0.05):
+    """A post-processing of the configuration g = (sin f, cos f), g' = (-sin f, cos f) (f = ``angle``):
+    its side coordinate binned, each bin at its LOWER posterior rate (the opposite rounding of
+    ``pooled_record_pair``), so its certified lower epsilon is a lower bound for that configuration."""
+    from scipy import special
+
+    from metadp.mechanisms.episodic import RevealedMixture
+
+    mu, w = math.sin(angle), math.cos(angle)
+    if w < 1e-12:
+        return AntipodalPair(q, mu, z)
+    t = np.arange(-5 * z, w + 6 * z, h * z * z / w)
+    cdf = (1 - q) * special.ndtr(t / z) + q * special.ndtr((t - w) / z)
+    weights = np.diff(np.concatenate(([0.0], cdf, [1.0])))
+    logit = math.log(q / (1 - q)) + (2 * t * w - w * w) / (2 * z * z)
+    rates = np.concatenate(([0.0], 1 / (1 + np.exp(-logit))))  # bin (t_{i-1}, t_i] at r(t_{i-1})
+    parts = [(x, AntipodalPair(float(r), mu, z) if 0 < r < 1 else None) for x, r in zip(weights, rates) if x > 0]
+    total = sum(x for x, _ in parts)
+    return RevealedMixture(tuple(x / total for x, _ in parts), tuple(p for _, p in parts), 0.0, z)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("q,z,steps", [(0.05, 1.0, 50), (0.2, 2.0, 20)])
+def test_composed_bound_is_above_every_attained_configuration(q, z, steps):
+    delta = 1e-5
+    new = PldAccountant().compose(ev.PoolSubstitution(q, ev.Gaussian(z)), steps).get_epsilon(delta)
+    for degrees in (90, 75, 60, 30):
+        pair = _configuration_lower_pair(q, z, math.radians(degrees))
+        lower = _bounds([((pair,), steps)], delta, 5e-3, 1 << 22, 2 << 30, 30.0).epsilon_lower
+        assert 0 < lower <= new, (degrees, lower, new)
