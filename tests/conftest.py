@@ -11,3 +11,10 @@ import os
 if "PYTEST_XDIST_WORKER" in os.environ:
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, "1")
+
+from oracles import stored as _stored_oracle_values  # noqa: E402  (after the thread settings above)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stored oracle values: add this run's new ones, or list the ones it checked (tests/oracles/stored.py)."""
+    _stored_oracle_values.finish()

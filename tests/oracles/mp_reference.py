@@ -15,6 +15,8 @@ from typing import Sequence
 
 import mpmath
 
+from oracles.stored import stored
+
 DPS = 30
 
 
@@ -68,6 +70,7 @@ class MpGaussianMixture:
         s2 = self.sigma ** 2
         return mpmath.log(mpmath.fsum(w * mpmath.exp((2 * s * x - s * s) / (2 * s2)) for w, s in zip(self.w, self.s)))
 
+    @stored
     def loss_density(self, level, under: str):
         """d/dl Pr[L <= l] at l = level (0 outside the support): used to size tolerances."""
         with mpmath.workdps(DPS):
@@ -82,6 +85,7 @@ class MpGaussianMixture:
         z = mpmath.fsum(w for w, s in zip(self.w, self.s) if s == 0)
         return mpmath.log(z) if z > 0 else -mpmath.inf
 
+    @stored
     def x_of(self, level):
         """x with loss_add(x) = level (-inf at or below the floor)."""
         level = mpmath.mpf(level)
@@ -136,6 +140,7 @@ class MpGaussianMixture:
         nodes = sorted(set(pts) | fine)
         return _scaled_quad(f, [a] + nodes + [b])
 
+    @stored
     def hockey_stick(self, eps):
         """delta(eps) = int_{L > eps} (p - e^eps q) dx."""
         with mpmath.workdps(DPS):
@@ -153,6 +158,7 @@ class MpGaussianMixture:
                 return mpmath.mpf(0)
             return self._integral(f, -mpmath.inf, x0)
 
+    @stored
     def loss_cdf(self, level, under: str):
         """Pr[L <= level] = int_{L(x) <= level} density."""
         with mpmath.workdps(DPS):
@@ -164,6 +170,7 @@ class MpGaussianMixture:
             x0 = self.x_of(-level)
             return mpmath.mpf(1) if x0 == -mpmath.inf else self._integral(d, x0, mpmath.inf)
 
+    @stored
     def loss_sf(self, level, under: str):
         with mpmath.workdps(DPS):
             level = mpmath.mpf(level)
@@ -174,6 +181,7 @@ class MpGaussianMixture:
             x0 = self.x_of(-level)
             return mpmath.mpf(0) if x0 == -mpmath.inf else self._integral(d, -mpmath.inf, x0)
 
+    @stored
     def renyi_moment_minus_1(self, alpha):
         """E_Q[(p/q)^alpha] - 1 = int N(x) g(y(x)) dx with 1 + y = mixture/null and
         g(y) = (1 + y)^beta - 1 - beta y (beta = alpha for "add", 1 - alpha for "remove"): the same
@@ -196,6 +204,7 @@ class MpGaussianMixture:
             nodes = sorted(set(c + j * self.sigma for c in centers for j in range(-12, 13)))
             return _scaled_quad(f, [-mpmath.inf] + nodes + [mpmath.inf])
 
+    @stored
     def rdp(self, alpha):
         with mpmath.workdps(DPS):
             return mpmath.log1p(self.renyi_moment_minus_1(alpha)) / (mpmath.mpf(alpha) - 1)
@@ -228,6 +237,7 @@ class MpLaplace:
         nodes = [t for t in (mpmath.mpf(0), mpmath.mpf(1)) if a < t < b]
         return _scaled_quad(f, [a] + nodes + [b])
 
+    @stored
     def loss_cdf(self, level, under: str):
         with mpmath.workdps(DPS):
             region = self._region_le(mpmath.mpf(level))
@@ -235,6 +245,7 @@ class MpLaplace:
                 return mpmath.mpf(0)
             return self._integral(lambda x: self.density(x, under), *region)
 
+    @stored
     def loss_sf(self, level, under: str):
         """Pr[L > level] = integral over the complement, {x < x(level)} (or all, or nothing)."""
         with mpmath.workdps(DPS):
@@ -244,6 +255,7 @@ class MpLaplace:
             hi = mpmath.inf if level < -self.e0 else (1 - self.b * level) / 2
             return self._integral(lambda x: self.density(x, under), -mpmath.inf, hi)
 
+    @stored
     def hockey_stick(self, eps):
         with mpmath.workdps(DPS):
             eps = mpmath.mpf(eps)
@@ -253,6 +265,7 @@ class MpLaplace:
             hi = mpmath.inf if eps < -self.e0 else (1 - self.b * eps) / 2
             return self._integral(lambda x: self.density(x, "P") - g * self.density(x, "Q"), -mpmath.inf, hi)
 
+    @stored
     def rdp(self, alpha):
         with mpmath.workdps(DPS):
             a = mpmath.mpf(alpha)
@@ -279,19 +292,23 @@ class MpRandomizedResponse:
         m1 = self.p if under == "P" else self.r
         return [(self.e0, m1), (-self.e0, 1 - m1)]
 
+    @stored
     def loss_cdf(self, level, under):
         with mpmath.workdps(DPS):
             return mpmath.fsum(m for l, m in self._atoms(under) if l <= level)
 
+    @stored
     def loss_sf(self, level, under):
         with mpmath.workdps(DPS):
             return mpmath.fsum(m for l, m in self._atoms(under) if l > level)
 
+    @stored
     def hockey_stick(self, eps):
         with mpmath.workdps(DPS):
             g = mpmath.exp(mpmath.mpf(eps))
             return mpmath.fsum(max(mpmath.mpf(0), pm - g * qm) for pm, qm in ((self.p, self.r), (self.r, self.p)))
 
+    @stored
     def rdp(self, alpha):
         # 100 digits: for eps0 ~ 1e-12 the sum is 1 + 1e-24 and its log keeps 70 of them.
         with mpmath.workdps(100):

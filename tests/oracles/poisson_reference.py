@@ -11,6 +11,7 @@ from typing import Tuple
 
 import mpmath
 
+from oracles.stored import stored
 from oracles.mp_checks import DEFAULT_DPS, GUARD_DPS, check_dps, is_integer, mp_order, mp_positive, mp_rate
 
 __all__ = ["ref_poisson_gaussian_log_a", "ref_poisson_gaussian_rdp"]
@@ -23,6 +24,7 @@ _SERIES_MAX_TERMS = 20_000
 # --------------------------------------------------------------------------- Poisson-subsampled Gaussian
 
 
+@stored
 def _poisson_binomial_a_minus_1(q, s, a) -> mpmath.mpf:
     """A - 1 for integer alpha, as a sum of non-negative terms (no cancellation).
 
@@ -98,6 +100,7 @@ def _poisson_breakpoints(q, s, a) -> list:
     return [mpmath.ninf] + [mpmath.mpf(p) for p in merged] + [mpmath.inf]
 
 
+@stored
 def _poisson_quad_a_minus_1(q, s, a, dps: int) -> mpmath.mpf:
     """A - 1 = E_{Z ~ N(0, s^2)}[ g(q (L(Z) - 1)) ], g(x) = (1+x)^a - 1 - a x >= 0.
 
@@ -189,6 +192,7 @@ def _poisson_series_a(q, s, a, tol, max_terms: int) -> Tuple[mpmath.mpf, mpmath.
     )
 
 
+@stored
 def ref_poisson_gaussian_log_a(
     rate,
     noise_multiplier,
@@ -266,6 +270,7 @@ def ref_poisson_gaussian_log_a(
         return mpmath.log(value)
 
 
+@stored
 def ref_poisson_gaussian_rdp(
     rate, noise_multiplier, order, *, method: str = "auto", dps: int = DEFAULT_DPS
 ) -> mpmath.mpf:

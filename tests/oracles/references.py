@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mpmath
 
+from oracles.stored import stored
 from oracles.mp_checks import DEFAULT_DPS, GUARD_DPS, check_dps, mp_order, mp_positive, mp_rate, mp_real
 from oracles.poisson_reference import ref_poisson_gaussian_log_a, ref_poisson_gaussian_rdp
 
@@ -70,6 +71,7 @@ def ref_gaussian_rdp(noise_multiplier, order, *, dps: int = DEFAULT_DPS) -> mpma
 # --------------------------------------------------------------------------- Laplace
 
 
+@stored
 def ref_laplace_rdp(scale, order, *, dps: int = DEFAULT_DPS) -> mpmath.mpf:
     """RDP of the Laplace mechanism with scale b and sensitivity 1.
 
@@ -115,6 +117,7 @@ def _wor_cgf_integer(gamma, z, n: int) -> mpmath.mpf:
     return mpmath.log(total)
 
 
+@stored
 def ref_wor_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DPS) -> mpmath.mpf:
     """RDP upper bound for a Gaussian run on a subsample drawn without replacement.
 
