@@ -183,7 +183,7 @@ def test_fixed_size_example_below_dp_accounting_and_costs_more_than_poisson(repo
     dp-accounting states the noise relative to the replace-one sensitivity; metadp's multiplier is
     relative to the add/remove sensitivity C and the substitution sensitivity of a clipped sum is 2C,
     so the same mechanism is GaussianDpEvent(z / 2) there. Its RDP (WBK 2019 Thm 27) gives 9.1705, as
-    metadp's; metadp's PLD bound with the symmetric pair (metadp.mechanisms.wor) is 6.2205, and can
+    metadp's; metadp's PLD bound with the symmetric pair (metadp.mechanisms.wor) is 6.2207, and can
     be no lower than the Poisson add/remove epsilon at rate 1600/400000 and multiplier z / 2, whose two
     pairs that symmetric pair dominates (lower oracle: that plan's certified PLD lower bound).
     """

@@ -97,7 +97,7 @@ class SymmetrizedPair(DominatingPair):
     def cell_masses(self, edges, under: str = "P", with_error: bool = False):
         """As ``DominatingPair.cell_masses``: cells above 0 are the base's under ``under``, cells below
         0 the base's mirrored cells under the other distribution, and the atom goes to the cell (., 0].
-        Computed on the edges with 0 and one edge beyond each end added, then summed back."""
+        Computed on the edges with 0 and one edge beyond each end added, then summed back piece by piece."""
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
         lo, hi = min(float(edges[0]), -1.0) - 1.0, max(float(edges[-1]), 1.0) + 1.0
@@ -110,17 +110,17 @@ class SymmetrizedPair(DominatingPair):
         k0 = len(neg) - 2  # the cell (., 0]
         cells[k0] += self.atom
         errors[k0] += self.atom_error
-        # back to the requested edges: cumulative sums over grid cells (grid edge i is the right end of cell i-1)
-        position = np.searchsorted(grid, edges)
-        cum_c, cum_e = np.concatenate([[0.0], np.cumsum(cells)]), np.concatenate([[0.0], np.cumsum(errors)])
-        out_cells = np.maximum(cum_c[position[1:]] - cum_c[position[:-1]], 0.0)
-        out_err = cum_e[position[1:]] - cum_e[position[:-1]] + 4.0 * _U * out_cells
-        below = float(above_n + cum_c[position[0]])
-        above = float(above_p + cum_c[-1] - cum_c[position[-1]])
+        # back to the requested edges: each requested cell is one grid cell, or two around an inserted 0;
+        # summed piecewise (never as differences of cumulative sums, which cancel in the tails)
+        position = np.searchsorted(grid, edges)  # strictly increasing, the last below len(cells) (hi > edges)
+        out_cells = np.add.reduceat(cells, position)[:-1]
+        out_err = np.add.reduceat(errors, position)[:-1] + 4.0 * _U * out_cells
+        below = float(above_n + np.sum(cells[: position[0]]))
+        above = float(above_p + np.sum(cells[position[-1]:]))
         if not with_error:
             return out_cells, below, above
-        err_below = float(err_above_n + cum_e[position[0]] + 4.0 * _U * below)
-        err_above = float(err_above_p + cum_e[-1] - cum_e[position[-1]] + 4.0 * _U * above)
+        err_below = float(err_above_n + np.sum(errors[: position[0]]) + 4.0 * _U * below)
+        err_above = float(err_above_p + np.sum(errors[position[-1]:]) + 4.0 * _U * above)
         return out_cells, below, above, out_err, err_below, err_above
 
     def profile(self, epsilon) -> np.ndarray:

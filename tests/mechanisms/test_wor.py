@@ -113,6 +113,21 @@ def test_cells_sum_to_one_and_match_the_cdf(under):
     assert cells[k] >= s.atom > 0.05
 
 
+def test_tail_cells_keep_their_relative_accuracy():
+    # the lattice asks for cells from far below 0 to far above: a tail cell of 1e-12 must come out to
+    # 1e-12 relative, as the base pair's own (not as a difference of cumulative sums near 1)
+    s = wor_gaussian_pair(0.25, 2.0)
+    edges = np.linspace(-3.0, 3.0, 61)
+    for under, other in (("P", "Q"), ("Q", "P")):
+        cells, _, above, err, _, _ = s.cell_masses(edges, under, with_error=True)
+        base, _, base_above = s.base.cell_masses(edges[edges >= 0.0], under)
+        np.testing.assert_allclose(cells[-len(base):], base, rtol=1e-12)
+        assert above == pytest.approx(base_above, rel=1e-12)
+        mirrored, _, _ = s.base.cell_masses(-edges[edges <= 0.0][::-1], other)
+        np.testing.assert_allclose(cells[: len(mirrored) - 1], mirrored[::-1][:-1], rtol=1e-12)
+        assert np.all(err <= 1e-9 * cells + 1e-300)
+
+
 def test_loss_under_q_is_the_mirror_under_p():
     s = wor_gaussian_pair(0.25, 0.8)
     x = np.array([0.05, 0.4, 1.3, 3.0])
