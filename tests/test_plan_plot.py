@@ -176,10 +176,11 @@ def test_record_view_of_the_default_plan_is_drawn_with_the_reports_accountant(tm
     assert out["units"]["record"]["epsilon"][-1] > 100 * out["units"]["task"]["epsilon"][-1]
 
 
-def test_fixed_size_plan_has_no_pld_curve(tmp_path):
+def test_fixed_size_plan_has_both_curves(tmp_path):
     plan = load_plan(ROOT / "examples" / "dp_maml_fixed_batches.toml")
     out = plot_plan(plan, tmp_path / "fixed.png", points=12)
-    assert set(out["accountants"]) == {"rdp"} and "FixedSizeSampled" in out["skipped"]["pld"]
+    assert set(out["accountants"]) == {"rdp", "pld"}  # the PLD pairs fixed-size sampling (metadp.mechanisms.wor)
+    assert all(p <= r * (1 + 1e-9) for p, r in zip(out["accountants"]["pld"], out["accountants"]["rdp"]))
     assert out["relation"] == "substitute"
 
 

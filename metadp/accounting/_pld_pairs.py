@@ -15,6 +15,7 @@ from metadp.mechanisms.episodic import episodic_record_pairs
 from metadp.mechanisms.gaussian import gaussian_pair, poisson_gaussian_pairs
 from metadp.mechanisms.laplace import LaplacePair
 from metadp.mechanisms.pooled import pooled_record_pair
+from metadp.mechanisms.wor import wor_gaussian_pair
 
 __all__ = ["event_pairs"]
 
@@ -73,6 +74,8 @@ def _cached_pairs(kind: str, *args) -> tuple:
         return (LaplacePair(*args),)
     if kind == "pool":
         return (pooled_record_pair(*args),)
+    if kind == "wor":
+        return (wor_gaussian_pair(*args),)
     return tuple(poisson_gaussian_pairs(*args))
 
 
@@ -98,6 +101,18 @@ def _(event: ev.PoissonSampled, relation):
     if event.rate == 0.0 or math.isinf(z):
         return []
     return [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
+
+
+@event_pairs.register
+def _(event: ev.FixedSizeSampled, relation):
+    # the symmetric pair of metadp.mechanisms.wor (Balle, Barthe & Gaboardi 2018, Thm 9, both orderings)
+    if relation != "substitute":
+        raise _pld_unsupported(event, "fixed-size sampling is only analysed under the substitute relation "
+                                      "(Balle, Barthe & Gaboardi 2018); set relation = 'substitute'")
+    z = _effective_noise_multiplier(event.inner, "PLD")
+    if event.batch == 0 or math.isinf(z):
+        return []
+    return [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)), 1)]
 
 
 @event_pairs.register

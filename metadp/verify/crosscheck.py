@@ -5,7 +5,7 @@
 plans) and prints each epsilon with the tolerance it is held to and whether it agrees:
 
 * metadp RDP vs dp-accounting RDP: the same theorems (Mironov, Talwar & Zhang 2019; Wang, Balle &
-  Kasiviswanathan 2019, Thm 9; CKS conversion); metadp optimises the order continuously, so it may be
+  Kasiviswanathan 2019, Thm 27 at orders <= 256; CKS conversion); metadp optimises the order continuously, so it may be
   lower by up to 1% and never higher (1e-9 slack);
 * metadp PLD upper vs dp-accounting PLD (connect-the-dots, discretisation 1e-4, pessimistic): at most
   0.5% above it;

@@ -81,7 +81,7 @@ ACCOUNTANTS = [
         factory=PldAccountant,
         unsupported=(
             ("add_remove", _POISSON_LAPLACE, Laplace(1.0)),  # only Gaussians inside sampling
-            ("substitute", _FIXED, _FIXED),  # no dominating pair for fixed-size sampling yet
+            ("add_remove", _FIXED, _FIXED),  # fixed-size sampling needs substitution
             ("substitute", _POISSON, _POISSON),  # Poisson sampling needs add/remove
             ("add_remove", _Mystery(), _Mystery()),
             ("add_remove", Composed([Gaussian(2.0), SelfComposed(_POISSON_LAPLACE, 3)]), Laplace(1.0)),

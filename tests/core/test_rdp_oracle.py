@@ -31,6 +31,7 @@ from oracles.references import (
     ref_gaussian_rdp,
     ref_laplace_rdp,
     ref_poisson_gaussian_rdp,
+    ref_wor27_gaussian_rdp,
     ref_wor_gaussian_rdp,
 )
 from _grid import cover, product
@@ -51,7 +52,7 @@ def _ref_poisson(rate: float, noise: float, order: float) -> mpmath.mpf:
 
 @functools.lru_cache(maxsize=None)
 def _ref_wor(rate: float, noise: float, order: float) -> mpmath.mpf:
-    return ref_wor_gaussian_rdp(rate, noise, order)
+    return ref_wor27_gaussian_rdp(rate, noise, order)
 
 
 def _rel_error(fast: float, ref: mpmath.mpf) -> float:
@@ -261,7 +262,7 @@ def test_laplace_matches_reference(rdp, scale):
     _assert_matches(fast, [ref_laplace_rdp(scale, a) for a in orders], [f"b={scale}, alpha={a}" for a in orders])
 
 
-# --------------------------------------------------------------------------- sampling without replacement (WBK19 Thm 9)
+# --------------------------------------------------------------------------- sampling without replacement (WBK19 Thm 27)
 
 _WOR_ORDERS = [1.01, 1.5, 2, 2.5, 3, 10, 64.5, 256, 257, 1024, 10000]
 

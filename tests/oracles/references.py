@@ -34,6 +34,7 @@ __all__ = [
     "ref_poisson_gaussian_log_a",
     "ref_poisson_gaussian_rdp",
     "ref_wor_gaussian_rdp",
+    "ref_wor27_gaussian_rdp",
     "ref_rdp_to_epsilon",
     "ref_rdp_to_epsilon_classic",
     "ref_rdp_to_delta",
@@ -174,6 +175,61 @@ def ref_wor_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DP
             return _wor_cgf_integer(gamma, z, lo) / (a - 1)
         t = a - lo
         cgf = (1 - t) * _wor_cgf_integer(gamma, z, lo) + t * _wor_cgf_integer(gamma, z, lo + 1)
+        return cgf / (a - 1)
+
+
+def _pv_moments(z: mpmath.mpf, top: int = 256) -> dict:
+    """E_Q[(L - 1)^n] of the Gaussian pair N(1, z^2) vs N(0, z^2) for even n <= top, summed from
+    E_Q[L^i] = exp(i (i - 1) / (2 z^2)) at enough digits for the alternating sum's cancellation."""
+    key = (str(z), top)
+    if key not in _PV_CACHE:
+        digits = 60 + int(top * (0.31 + max(0.0, float(mpmath.log10(z)))))
+        with mpmath.workdps(digits):
+            c = 1 / (2 * mpmath.mpf(z) ** 2)
+            powers = [mpmath.exp(c * i * (i - 1)) for i in range(top + 1)]
+            _PV_CACHE[key] = {n: +mpmath.fsum(mpmath.binomial(n, i) * (-1) ** (n - i) * powers[i] for i in range(n + 1))
+                              for n in range(0, top + 1, 2)}
+    return _PV_CACHE[key]
+
+
+_PV_CACHE: dict = {}
+
+
+def _wor27_cgf_integer(gamma, z, n: int) -> mpmath.mpf:
+    """(n - 1) eps'(n) of WBK19 Thm 27 as metadp applies it: term j's bound is min{4 sqrt(D_{2 floor(j/2)}
+    D_{2 ceil(j/2)}), 2 e^{(j-1) eps(j)}} for j <= 256 when 0.3 <= z <= 1e3, Thm 9's 2 e^{(j-1) eps(j)} else."""
+    eps2 = 1 / (z * z)
+    total = 1 + gamma**2 * mpmath.binomial(n, 2) * min(4 * mpmath.expm1(eps2), 2 * mpmath.exp(eps2))
+    moments = _pv_moments(z) if mpmath.mpf("0.3") <= z <= 1000 else None
+    binom = mpmath.binomial(n, 2)
+    for j in range(3, n + 1):
+        binom = binom * (n - j + 1) / j
+        term = 2 * mpmath.exp(mpmath.mpf(j * (j - 1)) / (2 * z * z))
+        if moments is not None and j <= 256:
+            term = min(term, 4 * mpmath.sqrt(moments[2 * (j // 2)] * moments[2 * ((j + 1) // 2)]))
+        total += gamma**j * binom * term
+    return mpmath.log(total)
+
+
+def ref_wor27_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DPS) -> mpmath.mpf:
+    """As ``ref_wor_gaussian_rdp`` with Wang, Balle & Kasiviswanathan 2019 (arXiv:1808.00087) Thm 27's
+    terms (the Gaussian's Pearson-Vajda moments D_n = E_Q[(L-1)^n]) where metadp uses them."""
+    check_dps(dps)
+    gamma = mp_rate(rate)
+    z = mp_positive(noise_multiplier, "noise_multiplier")
+    a = mp_order(order)
+    with mpmath.workdps(dps + GUARD_DPS):
+        if gamma == 0:
+            return mpmath.mpf(0)
+        if gamma == 1:
+            return a / (2 * z * z)
+        if a < 2:
+            return _wor27_cgf_integer(gamma, z, 2)
+        lo = int(mpmath.floor(a))
+        if lo == a:
+            return _wor27_cgf_integer(gamma, z, lo) / (a - 1)
+        t = a - lo
+        cgf = (1 - t) * _wor27_cgf_integer(gamma, z, lo) + t * _wor27_cgf_integer(gamma, z, lo + 1)
         return cgf / (a - 1)
 
 

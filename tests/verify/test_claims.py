@@ -14,8 +14,11 @@ from metadp.verify.claims import accountant_profile, tightest_accountant
 
 def test_pld_first_then_rdp_then_a_value_error_naming_the_event():
     assert tightest_accountant(ev.PoissonSampled(0.1, ev.Gaussian(1.0)), 2, relation="add_remove").name == "pld"
-    # PLD has no fixed-size analysis: RDP (Balle et al. 2018 substitution bound) is the one that reads it
-    assert tightest_accountant(ev.FixedSizeSampled(4, 40, ev.Gaussian(1.0)), 2, relation="substitute").name == "rdp"
+    # PLD pairs fixed-size sampling (metadp.mechanisms.wor), but has no group pair for it: RDP (Mironov's
+    # group rule) is the one that reads a group of fixed-size steps
+    assert tightest_accountant(ev.FixedSizeSampled(4, 40, ev.Gaussian(1.0)), 2, relation="substitute").name == "pld"
+    group = ev.Group(2, ev.FixedSizeSampled(4, 40, ev.Gaussian(1.0)))
+    assert tightest_accountant(group, 2, relation="substitute").name == "rdp"
     with pytest.raises(ValueError, match="no accountant can analyse fixed-size sampling"):
         tightest_accountant(ev.FixedSizeSampled(4, 40, ev.Gaussian(1.0)), 2, relation="add_remove")
     with pytest.raises(ValueError, match="steps"):
