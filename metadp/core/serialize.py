@@ -41,6 +41,7 @@ _SCHEMAS: Dict[str, tuple] = {
     "EpisodicSampled": (ev.EpisodicSampled, {"episodes": "count", "unit_rate": "real", "within_rate": "real",
                                              "inner": "event", "shift": "real"}),
     "Group": (ev.Group, {"size": "count", "inner": "event"}),
+    "RandomAllocation": (ev.RandomAllocation, {"steps": "count", "inner": "event"}),
 }
 _NAMES = {cls: name for name, (cls, _) in _SCHEMAS.items()}
 _RESERVED = ("type", "version")

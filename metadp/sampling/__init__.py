@@ -25,7 +25,7 @@ FixedSize       fixed            FixedSizeSampled(m, n, inner)                 s
 NoSampling      none             inner                                         either      step
 Shuffle         shuffle          inner, once per pass                          either      pass
 Episodic        episodic         record: EpisodicSampled(L, P_U, r, inner, s)  add_remove  step
-BallsInBins     (trainer only)   inner, once per pass                          add_remove  pass
+BallsInBins     balls_in_bins    RandomAllocation(t, inner) per pass (plans)   add_remove  pass
 ==============  ===============  ============================================  ==========  ======
 
 ``Guarantee`` (``guarantee``) is the one result type: unit, relation, adversary, event(s), charge,

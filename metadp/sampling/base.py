@@ -71,6 +71,11 @@ class Sampling:
                                        "records shared between tasks; use Poisson sampling for a record-level "
                                        "guarantee")
 
+    def epsilon_lower(self, unit: str, relation: str, inner: ev.Event, steps: int, delta: float) -> Optional[float]:
+        """A certified lower bound on the true epsilon of a plan with this sampling, where the scheme has
+        one of its own (the one-pass schemes); None otherwise."""
+        return None
+
     def contributor(self, unit: str) -> str:
         """Whose clipped contribution a step's sum adds up ("per-<this>")."""
         return unit

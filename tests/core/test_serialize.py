@@ -32,6 +32,7 @@ EXAMPLES = [
     ev.EpisodicSampled(1600, 5 / 1150, 2 / 20, GAUSS),
     ev.EpisodicSampled(10, 1.0, 0.3, ev.Gaussian(2.0), shift=1.0),
     ev.Group(3, GAUSS),
+    ev.RandomAllocation(250, GAUSS),
     # nested: every container inside every other
     ev.Composed((
         ev.SelfComposed(ev.Group(2, ev.PoissonSampled(0.1, ev.Composed((GAUSS, ev.Gaussian(3.0))))), 7),
