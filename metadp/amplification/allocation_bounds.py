@@ -56,7 +56,7 @@ import math
 from typing import Tuple
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import special, stats
 
 from metadp.core._logmath import log_expm1
 from metadp.core.conversions import epsilon_from_rdp

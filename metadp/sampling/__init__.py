@@ -42,7 +42,8 @@ reports, the trainer's ``_central`` and the samplers' ``*_event`` methods read i
 from metadp.sampling.guarantee import EVERYONE, Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, record_events, top_unit_shift
 from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_lot, of_run, register
-from metadp.sampling.schemes import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
+from metadp.sampling.schemes import Episodic, FixedSize, NoSampling, Poisson
+from metadp.sampling.one_pass import BallsInBins, Shuffle
 
 __all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic",
            "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "of_run", "register",
