@@ -30,7 +30,15 @@ of the pair separately (each ordered pair's hockey-stick divergence is bounded b
 * the result is capped by the exact E-fold Gaussian epsilon (every pass is dominated by one Gaussian
   by joint convexity; E Gaussians compose to one with multiplier z / sqrt(E)).
 
-Only k = 1 of t per pass is implemented (Feldman & Shenfeld's k-of-t reduction is not used).
+What is and is not taken from the literature: the pair is Chua et al.'s and Feldman & Shenfeld's; the
+order-A value is the quantity of Feldman & Shenfeld's exact RDP for their "remove" direction (their
+code, PyPI ``random-allocation``, cites Lemma 2.4 and Claim 6.4 of arXiv:2502.08202; it agrees with
+ours to 1e-6, tests/amplification/test_allocation_bounds.py), derived here from the multinomial
+expansion; the order-B bound and the lower bounds are derived here (proofs above). Feldman &
+Shenfeld's Poisson-domination and decomposition theorems are NOT used (not verified here), and neither
+is the PLD construction of arXiv:2602.17284 (not read). Assumptions: add/remove of one unit, Gaussian
+noise N(0, (zC)^2 I) on a sum of contributions clipped to C, k = 1 of t steps per pass (their k-of-t
+reduction is not used), passes independent, the allocation independent of the data.
 
 **Lower bound** (:func:`allocation_lower`): any post-processing of the exact pair lower-bounds its
 hockey-stick divergence. The per-pass event {max_i x_i > tau} has closed forms for independent
