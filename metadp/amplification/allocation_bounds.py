@@ -166,8 +166,17 @@ def _rdp_order_b(z: float, t: int, orders: np.ndarray) -> np.ndarray:
     # Taylor on [r*, 1): r^-b <= T2(r) + K (1 - r)^3, K = b(b+1)(b+2) r*^-(b+3) / 6; r^-b <= T2(r) on r >= 1
     log_k = np.log(bb * (bb + 1) * (bb + 2) / 6.0)[:, None] - (b + 3) * hi[None, :] + math.log(m3)
     extra = np.min(np.logaddexp(log_low, log_k), axis=1)
+    # second bound, also valid (the smaller is kept): E R^-b = 1 + E g(R), g(r) = r^-b - 1 + b (r - 1); on R >= 1
+    # g <= min(b(b+1)(r-1)^2/2, b (r-1)); E[g(R); R < 1] = int_0^1 b (r^-(b+1) - 1) Pr[R < r] dr by upper sums
+    near = hi > math.log(0.49)  # there keep the -b dr part of the cell weight (it matters near r = 1)
     with np.errstate(over="ignore"):
-        log_moment = np.log1p(bb * (bb + 1) * var / 2 + np.exp(extra))
+        w_near = np.exp(np.minimum(log_w, 700.0)) - b * (np.exp(hi) - np.exp(lo))[None, :]
+    w_near = np.maximum(w_near, 0.0) * (1 + 1e-10) + 1e-16 * np.exp(np.minimum(log_w, 700.0))
+    log_w2 = np.where(near[None, :], np.log(np.maximum(w_near, 1e-320)), log_w)
+    below = np.logaddexp(special.logsumexp(log_w2 + log_c[None, :], axis=1), log_rem)
+    above = np.minimum(bb * (bb + 1) * var / 2, bb * math.sqrt(var) / 2)
+    with np.errstate(over="ignore"):
+        log_moment = np.minimum(np.log1p(bb * (bb + 1) * var / 2 + np.exp(extra)), np.log1p(above + np.exp(below)))
     return log_moment / (orders - 1.0) * (1 + _RDP_MARGIN) + 1e-15
 
 
