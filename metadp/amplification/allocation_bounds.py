@@ -27,6 +27,10 @@ of the pair separately (each ordered pair's hockey-stick divergence is bounded b
   E e^{-s V} bounded above by an upper Riemann sum over exact Gaussian cell probabilities; and R < r
   forces every V_i < t r). The integral is bounded by upper sums (the integrand's factors are monotone)
   on a grid in log r, with the part below the grid bounded in closed form (Gaussian tail of log V).
+  A second bound, the smaller of the two kept: r^-b <= T2(r) (its second-order Taylor polynomial at 1)
+  on r >= 1, r^-b <= T2(r) + K (1 - r)^3 on [r*, 1) with K = b(b+1)(b+2) r*^-(b+3) / 6 (Lagrange
+  remainder), and r^-b - T2(r) <= r^-b below r*, so E R^-b <= 1 + b(b+1) Var R / 2 + K E(1 - R)_+^3 +
+  E[R^-b; R < r*], the last two by the same tail integrals, minimised over r* on the grid.
 * the result is capped by the exact E-fold Gaussian epsilon (every pass is dominated by one Gaussian
   by joint convexity; E Gaussians compose to one with multiplier z / sqrt(E)).
 
