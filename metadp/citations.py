@@ -99,6 +99,22 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "year": "2024",
         "eprint": "2403.17673",
     },
+    "feldman2025random": {
+        "type": "article",
+        "title": "Privacy amplification by random allocation",
+        "author": "Feldman, Vitaly and Shenfeld, Moshe",
+        "journal": "arXiv preprint",
+        "year": "2025",
+        "eprint": "2502.08202",
+    },
+    "chua2025balls": {
+        "type": "article",
+        "title": "Balls-and-Bins Sampling for DP-SGD",
+        "author": "Chua, Lynn and Ghazi, Badih and Harrison, Charlie and Kamath, Pritish and Kumar, Ravi and Leeman, Ethan and Manurangsi, Pasin and Sinha, Amer and Zhang, Chiyuan",
+        "journal": "arXiv preprint",
+        "year": "2025",
+        "eprint": "2412.16802",
+    },
     "andrew2021differentially": {
         "type": "inproceedings",
         "title": "Differentially Private Learning with Adaptive Clipping",

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 from metadp.core.validation import check_count, check_delta, check_positive
 from metadp.core import events as ev
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
+from metadp.accounting.allocation import one_pass_comparison
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
@@ -334,6 +335,13 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
     results = _certify(primary, plan.delta, names, strict=name != "all", options=options)
     best = min(results, key=lambda r: r[1])
     acc, epsilon, order, lower, notes = best
+    own_lower = plan.sampling.epsilon_lower(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.delta)
+    if own_lower is not None:
+        # the one-pass schemes: a lower bound on the sampler's own epsilon; an accountant's lower end is one for
+        # the (looser) event it was given, not for the sampler, so it is replaced
+        lower = own_lower
+        notes = tuple(notes) + one_pass_comparison(plan.sampling, plan.relation, plan.noise.event(), plan.steps,
+                                                   plan.delta, min(lower, epsilon), epsilon)
     other_units = []
     for view in others:
         found = _certify(view, plan.delta, names, strict=False, options=options)

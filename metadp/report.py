@@ -111,8 +111,10 @@ class Report:
     def to_table(self) -> str:
         """Human-readable report."""
         order = "" if self.order is None or math.isnan(self.order) else f", order {self.order:.4g}"
-        how = (f"{self.conversion} conversion{order}" if self.accountant == "rdp"
-               else f"certified interval [{_format_lower(self.epsilon_lower)}, {format_upper(self.epsilon)}]")
+        interval = f"certified interval [{_format_lower(self.epsilon_lower)}, {format_upper(self.epsilon)}]"
+        how = (f"{self.conversion} conversion{order}" if self.accountant == "rdp" else interval)
+        if self.accountant == "rdp" and self.epsilon_lower is not None:  # a scheme's own lower bound
+            how += f"; {interval}"
         rows = [
             ("epsilon", f"<= {format_upper(self.epsilon)}   (upper bound; {self.accountant.upper()} accountant, {how})"),
             ("delta", f"{self.delta:g}"),

@@ -17,8 +17,9 @@ sampling scheme builds (``Sampling.guarantees`` in ``metadp.sampling.schemes``):
   record view is ``EpisodicSampled`` with one slot per task of the population (Poisson: each slot
   kept with the task rate, so the count of episodes that select the record's unit is Binomial(N, q
   P_U)) or the batch (fixed).
-* ``shuffle`` (one pass over an equal partition, per epoch): one Gaussian per epoch, no amplification;
-  ``balls_in_bins``: the random-allocation pair, certified by Monte Carlo (``amplification.one_pass``).
+* ``shuffle`` (one pass over an equal partition, per epoch): one Gaussian per epoch, no amplification
+  (and a certified lower bound); ``balls_in_bins``: ``RandomAllocation`` per pass, whose RDP and lower
+  bound ``amplification.allocation_bounds`` derives.
 """
 
 from __future__ import annotations

@@ -182,7 +182,8 @@ def test_the_sampling_layer_imports_only_the_layers_below_it():
      "epochs does not apply to sampling.scheme = 'episodic' (episodes are drawn afresh): give steps"),
     ({"scheme": "shuffle", "population": 100, "batch_size": 10}, {"hierarchy": HIERARCHY},
      "[[hierarchy]] applies to sampling.scheme = 'episodic', or to 'poisson'/'fixed' task sampling"),
-    ({"scheme": "balls_in_bins"}, {}, "sampling.scheme = 'balls_in_bins' is not in plan files yet"),
+    ({"scheme": "balls_in_bins"}, {}, "sampling.batch_size and sampling.population are required for sampling.scheme "
+                                      "= 'balls_in_bins'"),
 ])
 def test_plan_refusals_read_the_scheme(sampling, extra, message):
     d = plan_dict(sampling, **extra)

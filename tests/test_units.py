@@ -384,7 +384,8 @@ INVALID = [
     ("per-parent units of the wrong length", changed(EPI, lambda d: d["hierarchy"][1].update(units=[20, 20])),
      "units of level 'drawing'"),
     ("balls_in_bins", changed(EPI, lambda d: d.update(
-        sampling={"scheme": "balls_in_bins", "population": 10, "batch_size": 1})), "balls_in_bins"),
+        sampling={"scheme": "balls_in_bins", "population": 10, "batch_size": 1})),
+     r"\[\[hierarchy\]\] applies to sampling.scheme = 'episodic'"),
     ("episodes on a Poisson plan", changed(POI, lambda d: d["sampling"].update(episodes=3)),
      "sampling.episodes applies only"),
     ("substitute with episodic", changed(EPI, lambda d: d.update(relation="substitute")), "relation must be 'add_remove'"),

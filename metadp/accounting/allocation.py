@@ -6,11 +6,14 @@ The Monte Carlo certificate of a random-allocation pass lives with its pair in
 
 from __future__ import annotations
 
+import math
+from typing import Tuple
+
 from metadp.accounting.pld import PldAccountant
 from metadp.core.events import Gaussian, PoissonSampled
 from metadp.core.validation import check_count, check_delta, check_positive
 
-__all__ = ["poisson_proxy_epsilon"]
+__all__ = ["poisson_proxy_epsilon", "one_pass_comparison"]
 
 
 def poisson_proxy_epsilon(z: float, T: int, delta: float) -> float:
@@ -25,3 +28,28 @@ def poisson_proxy_epsilon(z: float, T: int, delta: float) -> float:
     T = check_count("T", T, minimum=1)
     delta = check_delta("delta", delta)
     return PldAccountant("add_remove").compose(PoissonSampled(1.0 / T, Gaussian(z)), T).get_epsilon(delta)
+
+
+def one_pass_comparison(sampling, relation: str, inner, steps: int, delta: float, lower: float,
+                        upper: float) -> Tuple[str, ...]:
+    """The report lines of a one-pass plan (balls in bins, shuffle): its certified [lower, upper] and, under
+    add/remove with a Gaussian, Poisson sampling at the same rate (1/t) over the same steps (PLD, upper
+    bound), with the lower bound's ratio to it: how much Poisson accounting of these batches would understate."""
+    interval = (f"one-pass sampling ({sampling.scheme}): the true epsilon lies in the certified interval "
+                f"[{_down(lower)}, {_up(upper)}] (lower: the max-over-steps event, "
+                "metadp.amplification.allocation_bounds)")
+    if relation != "add_remove" or not isinstance(inner, Gaussian):
+        return (interval,)
+    rate = 1.0 / sampling.steps_per_pass if hasattr(sampling, "steps_per_pass") else sampling.rate
+    poisson = PldAccountant("add_remove").compose(PoissonSampled(rate, inner), steps).get_epsilon(delta)
+    ratio = "" if poisson <= 0 else f"; this sampler's lower bound is {lower / poisson:.3g}x that"
+    return (interval, f"Poisson sampling at the same rate ({rate:.6g}) over the same {steps:,} steps would give "
+                      f"epsilon <= {_up(poisson)} (PLD), which is NOT a bound for this sampler{ratio}")
+
+
+def _up(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{math.ceil(x * 1e4) / 1e4:g}"
+
+
+def _down(x: float) -> str:
+    return f"{math.floor(x * 1e4) / 1e4:g}"

@@ -24,6 +24,7 @@ from scipy import optimize
 
 from metadp.core.validation import check_count, check_delta, check_real
 from metadp.amplification.group import rdp_group
+from metadp.amplification.allocation_bounds import allocation_rdp_at
 from metadp.core import events as ev
 from metadp.core.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
 from metadp.core.rdp import (
@@ -175,6 +176,15 @@ def _(event: ev.FixedSizeSampled, orders, relation):
         )
     z = _effective_noise_multiplier(event.inner)
     return wor_gaussian_rdp(event.rate, z / event.sensitivity_factor, orders)
+
+
+@event_rdp.register
+def _(event: ev.RandomAllocation, orders, relation):
+    if relation != "add_remove":
+        raise _unsupported(event, "random allocation is analysed under the add_remove relation")
+    if not isinstance(event.inner, ev.Gaussian):
+        raise _unsupported(event, "random allocation is analysed for a Gaussian inner mechanism only")
+    return allocation_rdp_at(event.inner.noise_multiplier, event.steps, orders)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,9 @@
 * ``group``: group privacy (the (eps, delta) chain, Mironov's RDP group rule, exact Gaussian and
   Poisson-subsampled group pairs);
 * ``one_pass``: one pass over the units: random allocation (balls-in-bins, Monte Carlo with a certified
-  upper confidence bound) and the equal-partition shuffle (single-Gaussian epsilon, with a warning).
+  upper confidence bound) and the equal-partition shuffle (single-Gaussian epsilon, with a warning);
+* ``allocation_bounds``: deterministic [lower, upper] for random allocation (RDP of both orders of the
+  pair; the max-over-steps event) and a certified lower bound for the shuffle.
 """
 
 from metadp.amplification.profiles import (
@@ -35,6 +37,13 @@ from metadp.amplification.one_pass import (
     random_allocation_epsilon,
     shuffle_epsilon,
 )
+from metadp.amplification.allocation_bounds import (
+    AllocationBounds,
+    one_pass_bounds,
+    allocation_lower,
+    allocation_upper,
+    shuffle_lower,
+)
 from metadp.amplification.multistage import (
     Hierarchy,
     Level,
@@ -52,4 +61,5 @@ __all__ = [
     "group_epsilon_delta", "rdp_group", "gaussian_group_pair", "poisson_group_pairs", "GROUP_DELTA_FORMS",
     "random_allocation_delta", "random_allocation_epsilon", "MonteCarloDelta", "AllocationEpsilon",
     "gaussian_epsilon", "shuffle_epsilon", "SHUFFLE_WARNING", "MC_BOUNDS",
+    "AllocationBounds", "one_pass_bounds", "allocation_lower", "allocation_upper", "shuffle_lower",
 ]

@@ -25,9 +25,9 @@ clipped sum (clip norm C per unit) plus N(0, (z C)^2 I); the relation is add/rem
       Thm. 4): mu <= mean_n + sqrt(2 V_n log(2/beta)/n) + 7 log(2/beta)/(3(n-1)), V_n the unbiased
       sample variance; better when the integrand's variance is far below its mean.
 
-    Feldman & Shenfeld's analytic bounds (random allocation is dominated by Poisson subsampling at a
-    slightly larger rate, plus a small additive delta) are *not* implemented here: their exact
-    constants were not verified. Poisson subsampling at rate 1/T for T steps is reported alongside as
+    Deterministic bounds (RDP of both orders of the pair, and a certified lower bound) are in
+    ``metadp.amplification.allocation_bounds``; Feldman & Shenfeld's Poisson-domination theorem is
+    not implemented (its exact constants were not verified). Poisson subsampling at rate 1/T for T steps is reported alongside as
     a **proxy** (``metadp.accounting.allocation.poisson_proxy_epsilon``): close to the allocation bound in their experiments,
     but not a certified bound for random allocation.
 

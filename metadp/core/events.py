@@ -36,6 +36,7 @@ __all__ = [
     "EpisodicSampled",
     "PoolSubstitution",
     "Group",
+    "RandomAllocation",
 ]
 
 # The largest count (compositions, group size, episodes) an event or accountant accepts: every whole
@@ -277,3 +278,21 @@ class Group(Event):
 
     def describe(self) -> str:
         return f"group of {self.size}: {self.inner.describe()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomAllocation(Event):
+    """One pass of ``steps`` releases of ``inner`` in which each unit is used in exactly one step, chosen
+    uniformly at random and independently of the other units (random allocation, "balls in bins",
+    k = 1 of t; DESIGN.md 3.9(a)). Neighbouring relation: add/remove one unit.
+    ``metadp.amplification.allocation_bounds`` derives its RDP (Gaussian ``inner``)."""
+
+    steps: int
+    inner: Event
+
+    def __post_init__(self):
+        object.__setattr__(self, "steps", check_count("steps", self.steps, minimum=1, maximum=MAX_COUNT))
+        _check_inner("inner", self.inner)
+
+    def describe(self) -> str:
+        return f"random allocation (each unit in one uniformly random step of {self.steps}) of {self.inner.describe()}"

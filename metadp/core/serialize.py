@@ -42,6 +42,7 @@ _SCHEMAS: Dict[str, tuple] = {
                                              "inner": "event", "shift": "real"}),
     "PoolSubstitution": (ev.PoolSubstitution, {"rate": "real", "inner": "event"}),
     "Group": (ev.Group, {"size": "count", "inner": "event"}),
+    "RandomAllocation": (ev.RandomAllocation, {"steps": "count", "inner": "event"}),
 }
 _NAMES = {cls: name for name, (cls, _) in _SCHEMAS.items()}
 _RESERVED = ("type", "version")

@@ -25,7 +25,7 @@ FixedSize       fixed            FixedSizeSampled(m, n, inner)                 s
 NoSampling      none             inner                                         either      step
 Shuffle         shuffle          inner, once per pass                          either      pass
 Episodic        episodic         record: EpisodicSampled(L, P_U, r, inner, s)  add_remove  step
-BallsInBins     (trainer only)   inner, once per pass                          add_remove  pass
+BallsInBins     balls_in_bins    RandomAllocation(t, inner) per pass (plans)   add_remove  pass
 ==============  ===============  ============================================  ==========  ======
 
 ``Guarantee`` (``guarantee``) is the one result type: unit, relation, adversary, event(s), charge,
@@ -42,7 +42,8 @@ reports, the trainer's ``_central`` and the samplers' ``*_event`` methods read i
 from metadp.sampling.guarantee import EVERYONE, Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, record_events, top_unit_shift
 from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_lot, of_run, register
-from metadp.sampling.schemes import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
+from metadp.sampling.schemes import Episodic, FixedSize, NoSampling, Poisson
+from metadp.sampling.one_pass import BallsInBins, Shuffle
 
 __all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic",
            "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "of_run", "register",

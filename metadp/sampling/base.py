@@ -77,6 +77,11 @@ class Sampling:
         tighter pair for that case override it (``Poisson``: ``metadp.mechanisms.pooled``)."""
         return self.pooled_record(2.0 / noise, k)
 
+    def epsilon_lower(self, unit: str, relation: str, inner: ev.Event, steps: int, delta: float) -> Optional[float]:
+        """A certified lower bound on the true epsilon of a plan with this sampling, where the scheme has
+        one of its own (the one-pass schemes); None otherwise."""
+        return None
+
     def contributor(self, unit: str) -> str:
         """Whose clipped contribution a step's sum adds up ("per-<this>")."""
         return unit

@@ -14,7 +14,7 @@ from metadp.sampling import hierarchy as hi
 from metadp.sampling.base import Sampling, _counts, register
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["Poisson", "FixedSize", "NoSampling", "Episodic", "Shuffle", "BallsInBins"]
+__all__ = ["Poisson", "FixedSize", "NoSampling", "Episodic"]
 
 
 class _TaskSlots:
@@ -315,102 +315,3 @@ class Episodic(Sampling):
 
     def latex(self):
         return f"episodic (${self.episodes}$ per step)"
-
-
-@register()
-@dataclasses.dataclass(frozen=True)
-class Shuffle(_Batches):
-    """Shuffled passes: each pass cuts a shuffled population into batches, so each unit is in one step per
-    pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
-
-    scheme: ClassVar[str] = "shuffle"
-    relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
-    charge: ClassVar[str] = "pass"
-    citations: ClassVar[Tuple[str, ...]] = ("chua2024private",)
-    warnings: ClassVar[Tuple[str, ...]] = (
-        "shuffled fixed-size batches have no known amplification bound: this is the single-Gaussian epsilon per "
-        "pass. Poisson accounting of the same batches would understate epsilon (by up to ~20x at z <= 2, Chua et "
-        "al. 2024)",)
-    basis: ClassVar[str] = "shuffled passes, each unit in one step a pass: one release per pass, no amplification"
-
-    def step_event(self, inner: ev.Event) -> ev.Event:
-        return inner  # the unit's one release of the pass (charged per pass)
-
-    def releases(self, steps: int) -> int:
-        return math.ceil(steps * self.batch_size / self.population - 1e-9)
-
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
-        passes = self.releases(steps)
-        step = inner if unit != "group" else ev.Group(group_size, inner)
-        how = (f"{steps:,} steps of {self.batch_size:,} cut from shuffled passes over {self.population:,}: each unit "
-               f"is in one step per pass, so {passes:,} Gaussian release(s), no amplification")
-        return (self._own(unit, relation, step, passes, how),)
-
-    def assumptions(self, unit, how=None):
-        return (how or "shuffled passes",
-                "the partition's shape does not depend on whether the unit is present (a zero-out reading of "
-                "add/remove)")
-
-    def text(self, unit):
-        return (f"shuffled passes: {self.population:,} {unit}s cut into batches of {self.batch_size:,} "
-                "(each in one step per pass)")
-
-
-@register(plan=False, run="one-pass", refusal=(
-    "sampling.scheme = 'balls_in_bins' is not in plan files yet: use metadp.amplification.random_allocation_epsilon "
-    "(a Monte Carlo bound with a confidence level)"))
-@dataclasses.dataclass(frozen=True)
-class BallsInBins(Sampling):
-    """One pass of ``steps_per_pass`` steps: each unit independently goes to a uniformly random step
-    (random allocation, DESIGN.md 3.9(a)), so it is in exactly one step a pass. Charged per pass: the
-    single-Gaussian bound; the random-allocation amplification is certified by Monte Carlo in
-    ``metadp.amplification.one_pass``, not per step. Not in plan files yet (``NOT_IN_PLANS``)."""
-
-    population: int
-    steps_per_pass: int
-
-    scheme: ClassVar[str] = "balls_in_bins"
-    charge: ClassVar[str] = "pass"
-    basis: ClassVar[str] = ("one pass, each unit in exactly one step: single Gaussian per pass, no amplification "
-                            "(DESIGN.md 3.9a)")
-
-    @classmethod
-    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "BallsInBins":
-        return cls(pool, steps_per_pass)
-
-    @classmethod
-    def of_lot(cls, pool: int, lot: float) -> "BallsInBins":
-        """About ``lot`` units a step: round(pool / lot) steps a pass (at least one)."""
-        return cls(pool, max(1, round(pool / lot)))
-
-    @property
-    def expected_batch(self) -> float:
-        return self.population / self.steps_per_pass
-
-    def step_event(self, inner: ev.Event):
-        """Raises: one step of a pass has no event of its own (see the class docstring)."""
-        raise ValueError("balls-in-bins sampling has no per-step event: each unit is in exactly one step per pass, "
-                         "which is not a per-step sampling law (the steps of a pass are dependent). Compose "
-                         "pass_event(inner) once per pass (the single-Gaussian bound), or certify the random-"
-                         "allocation amplification with metadp.amplification.one_pass")
-
-    def pass_event(self, inner: ev.Event) -> ev.Event:
-        """One pass for one unit: ``inner`` itself (it is in exactly one release of the pass)."""
-        return inner
-
-    def charge_event(self, inner: ev.Event) -> ev.Event:
-        return self.pass_event(inner)
-
-    def pooled_record(self, shift, k):
-        """The k appearances may share the record's step of a pass: ``Gaussian(1 / (k s))`` per pass."""
-        return "pass", ev.Gaussian(1.0 / (k * shift)), self.basis, ""
-
-    def releases(self, steps: int) -> int:
-        return math.ceil(steps / self.steps_per_pass)
-
-    def assumptions(self, unit, how=None):
-        return (f"each {unit} is in exactly one of the {self.steps_per_pass:,} steps of each pass (balls in bins): "
-                "one release per pass, no amplification claimed",)
-
-    def text(self, unit):
-        return f"balls in bins: each {unit} in one uniformly random step of each {self.steps_per_pass:,}-step pass"

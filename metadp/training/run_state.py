@@ -379,7 +379,8 @@ class _Run:
         if self.primary.charge == "step":
             return len(ledger.entries)
         scheme, passes = self.plan_file.sampling, len(ledger.entries)
-        covering = 0 if passes == 0 else (passes - 1) * scheme.population // scheme.batch_size + 1
+        per_pass = getattr(scheme, "steps_per_pass", None) or scheme.population // scheme.batch_size
+        covering = 0 if passes == 0 else (passes - 1) * per_pass + 1
         return max(steps, covering)
 
     def _plan_report(self, steps: int) -> dict:

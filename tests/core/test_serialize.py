@@ -33,6 +33,7 @@ EXAMPLES = [
     ev.EpisodicSampled(10, 1.0, 0.3, ev.Gaussian(2.0), shift=1.0),
     ev.PoolSubstitution(0.0032, GAUSS),
     ev.Group(3, GAUSS),
+    ev.RandomAllocation(250, GAUSS),
     # nested: every container inside every other
     ev.Composed((
         ev.SelfComposed(ev.Group(2, ev.PoissonSampled(0.1, ev.Composed((GAUSS, ev.Gaussian(3.0))))), 7),

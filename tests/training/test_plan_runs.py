@@ -190,6 +190,21 @@ def test_shuffle_plan_charges_each_pass_once(tmp_path, capsys):
     assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 3
 
 
+def test_balls_in_bins_plan_runs_random_allocation_and_reports_the_plans_interval(tmp_path, capsys):
+    text = SINUSOID_PLAN.replace('scheme = "poisson"', 'scheme = "balls_in_bins"').replace("population = 120",
+                                                                                         "population = 24")
+    text = text.replace("steps = 4", "steps = 5")  # 2 steps a pass: passes 1, 1, 2, 2, 3
+    plan = _write(tmp_path, text)
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10",
+                 "--out", str(out)]) == 0
+    report, planned = json.loads((out / "privacy_report.json").read_text()), _plan_json(plan, capsys)
+    _assert_same_report(report, planned)
+    assert 0 < report["epsilon_lower"] == planned["epsilon_lower"] <= report["epsilon"]
+    entries = Ledger.open(out / "ledger-task.jsonl", readonly=True).entries
+    assert len(entries) == 3 and all(type(e.event).__name__ == "RandomAllocation" for e in entries)
+
+
 @pytest.mark.slow
 def test_epsilon_calibrates_the_plan_and_save_plan_writes_what_ran(tmp_path, capsys):
     plan = _write(tmp_path, SINUSOID_PLAN)

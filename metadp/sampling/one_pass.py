@@ -1,0 +1,180 @@
+"""The one-pass schemes: shuffled equal partitions and random allocation (balls in bins), each unit in one
+step a pass (DESIGN.md 3.9), registered for plan files and the trainer like the others
+(``metadp.sampling`` docstring)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, Mapping, Optional, Tuple
+
+from metadp.core import events as ev
+from metadp.core.validation import check_count
+from metadp.amplification.allocation_bounds import allocation_lower, shuffle_lower
+from metadp.sampling.base import Sampling, _counts, register
+from metadp.sampling.guarantee import Guarantee
+from metadp.sampling.schemes import _Batches
+
+__all__ = ["Shuffle", "BallsInBins"]
+
+
+@register()
+@dataclasses.dataclass(frozen=True)
+class Shuffle(_Batches):
+    """Shuffled passes: each pass cuts a shuffled population into batches, so each unit is in one step per
+    pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
+
+    scheme: ClassVar[str] = "shuffle"
+    relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
+    charge: ClassVar[str] = "pass"
+    citations: ClassVar[Tuple[str, ...]] = ("chua2024private",)
+    warnings: ClassVar[Tuple[str, ...]] = (
+        "shuffled fixed-size batches have no known amplification bound: this is the single-Gaussian epsilon per "
+        "pass. Poisson accounting of the same batches would understate epsilon (by up to ~20x at z <= 2, Chua et "
+        "al. 2024)",)
+    basis: ClassVar[str] = "shuffled passes, each unit in one step a pass: one release per pass, no amplification"
+
+    def step_event(self, inner: ev.Event) -> ev.Event:
+        return inner  # the unit's one release of the pass (charged per pass)
+
+    def releases(self, steps: int) -> int:
+        return math.ceil(steps * self.batch_size / self.population - 1e-9)
+
+    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+        passes = self.releases(steps)
+        step = inner if unit != "group" else ev.Group(group_size, inner)
+        how = (f"{steps:,} steps of {self.batch_size:,} cut from shuffled passes over {self.population:,}: each unit "
+               f"is in one step per pass, so {passes:,} Gaussian release(s), no amplification")
+        return (self._own(unit, relation, step, passes, how),)
+
+    def epsilon_lower(self, unit, relation, inner, steps, delta) -> Optional[float]:
+        """Certified lower bound on the true epsilon of the shuffled passes (Chua et al. 2024's max-over-batches
+        test, ``metadp.amplification.allocation_bounds.shuffle_lower``), over the full passes; None where the
+        population is not a whole number of batches, for groups, or for a non-Gaussian mechanism."""
+        t, rem = divmod(self.population, self.batch_size)
+        full = steps // t if t else 0
+        if rem or full == 0 or unit == "group" or not isinstance(inner, ev.Gaussian):
+            return None
+        z = inner.noise_multiplier if relation == "add_remove" else inner.noise_multiplier / 2.0
+        return shuffle_lower(z, t, delta, full, relation)
+
+    def assumptions(self, unit, how=None):
+        return (how or "shuffled passes",
+                "the partition's shape does not depend on whether the unit is present (a zero-out reading of "
+                "add/remove)")
+
+    def text(self, unit):
+        return (f"shuffled passes: {self.population:,} {unit}s cut into batches of {self.batch_size:,} "
+                "(each in one step per pass)")
+
+
+@register(run="one-pass")
+@dataclasses.dataclass(frozen=True)
+class BallsInBins(Sampling):
+    """Passes of ``steps_per_pass`` steps: in each pass every unit independently goes to one uniformly random
+    step (random allocation, DESIGN.md 3.9(a)), so it is in exactly one step a pass. A plan gives
+    ``population`` and ``batch_size`` (the expected batch; ``steps_per_pass = population / batch_size``).
+
+    Plans charge each pass ``RandomAllocation(steps_per_pass, inner)``: the RDP accountant bounds it
+    (``metadp.amplification.allocation_bounds``: exact RDP of one order, a proved bound on the other),
+    and :meth:`epsilon_lower` gives a certified lower bound (the max-over-steps event), so a plan's report
+    prints [lower, upper]. The trainer charges :meth:`pass_event` (``inner``: the single-Gaussian bound,
+    valid whatever the allocation, which its PLD accountant can compose)."""
+
+    population: int
+    steps_per_pass: int
+
+    scheme: ClassVar[str] = "balls_in_bins"
+    charge: ClassVar[str] = "pass"
+    citations: ClassVar[Tuple[str, ...]] = ("feldman2025random", "chua2025balls")
+    basis: ClassVar[str] = ("one pass, each unit in exactly one step: single Gaussian per pass, no amplification "
+                            "(DESIGN.md 3.9a)")
+    plan_basis: ClassVar[str] = ("random allocation, each unit in one uniformly random step a pass: RDP of the "
+                                 "allocation pair (metadp.amplification.allocation_bounds)")
+
+    def __post_init__(self):
+        check_count("population", self.population, minimum=1)
+        check_count("steps_per_pass", self.steps_per_pass, minimum=1)
+
+    @classmethod
+    def from_table(cls, d: Mapping) -> "BallsInBins":
+        population, batch, rate = _counts(d)
+        if rate is not None:
+            raise ValueError("sampling.rate does not apply to sampling.scheme = 'balls_in_bins': give batch_size "
+                             "(the expected batch) and population")
+        if batch is None or population is None:
+            raise ValueError("sampling.batch_size and sampling.population are required for sampling.scheme = "
+                             "'balls_in_bins'")
+        if batch == 0 or population % batch:
+            raise ValueError(f"sampling.batch_size must divide sampling.population ({population}) for sampling.scheme "
+                             f"= 'balls_in_bins' (population / batch_size steps a pass), got {batch}")
+        return cls(population, population // batch)
+
+    def to_dict(self):
+        return dict(super().to_dict(), batch_size=self.population // self.steps_per_pass,
+                    steps_per_pass=self.steps_per_pass)
+
+    @classmethod
+    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "BallsInBins":
+        return cls(pool, steps_per_pass)
+
+    @classmethod
+    def of_lot(cls, pool: int, lot: float) -> "BallsInBins":
+        """About ``lot`` units a step: round(pool / lot) steps a pass (at least one)."""
+        return cls(pool, max(1, round(pool / lot)))
+
+    @property
+    def expected_batch(self) -> float:
+        return self.population / self.steps_per_pass
+
+    def step_event(self, inner: ev.Event):
+        """Raises: one step of a pass has no event of its own (see the class docstring)."""
+        raise ValueError("balls-in-bins sampling has no per-step event: each unit is in exactly one step per pass, "
+                         "which is not a per-step sampling law (the steps of a pass are dependent). Compose "
+                         "plan_event(inner) (random allocation) or pass_event(inner) (single Gaussian) once per pass")
+
+    def pass_event(self, inner: ev.Event) -> ev.Event:
+        """One pass for one unit, valid whatever the allocation: ``inner`` itself (one release a pass)."""
+        return inner
+
+    def plan_event(self, inner: ev.Event) -> ev.Event:
+        """One pass for one unit under random allocation: ``RandomAllocation(steps_per_pass, inner)``."""
+        return ev.RandomAllocation(self.steps_per_pass, inner)
+
+    def charge_event(self, inner: ev.Event) -> ev.Event:
+        return self.pass_event(inner)
+
+    def pooled_record(self, shift, k):
+        """The k appearances may share the record's step of a pass: ``Gaussian(1 / (k s))`` per pass."""
+        return "pass", ev.Gaussian(1.0 / (k * shift)), self.basis, ""
+
+    def releases(self, steps: int) -> int:
+        return math.ceil(steps / self.steps_per_pass)
+
+    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+        if unit == "group":
+            raise ValueError("unit = 'group' is not available with sampling.scheme = 'balls_in_bins' (the random-"
+                             "allocation pair is for one unit)")
+        passes = self.releases(steps)
+        how = (f"{steps:,} steps in passes of {self.steps_per_pass:,}: each {unit} is in one uniformly random step "
+               f"of each pass, independently of the others; {passes:,} pass(es), a partial last pass charged in full")
+        return (Guarantee.of_plan(unit, relation, (self.plan_event(inner),), passes, how, True, charge=self.charge,
+                                  basis=self.plan_basis, citations=self.citations),)
+
+    def epsilon_lower(self, unit, relation, inner, steps, delta) -> Optional[float]:
+        """Certified lower bound on the plan's epsilon (the max-over-steps event; None where not derived)."""
+        full = steps // self.steps_per_pass  # a partial pass may be ignored by the adversary: full passes only
+        if unit == "group" or not isinstance(inner, ev.Gaussian) or relation != "add_remove" or full == 0:
+            return None
+        return allocation_lower(inner.noise_multiplier, self.steps_per_pass, delta, full)
+
+    def assumptions(self, unit, how=None):
+        return (how or f"each {unit} is in exactly one of the {self.steps_per_pass:,} steps of each pass",
+                "the allocation is uniform and independent across units and passes, and does not depend on the data; "
+                "other units' contributions may be anything (the pair holds for each fixed choice)")
+
+    def text(self, unit):
+        return f"balls in bins: each {unit} in one uniformly random step of each {self.steps_per_pass:,}-step pass"
+
+    def latex(self):
+        return f"balls in bins ($t={self.steps_per_pass}$)"
