@@ -121,7 +121,12 @@ class GaussianMixturePair(DominatingPair):
     # -- the increasing loss L_add and its inverse ----------------------------------------------
 
     def _loss_add(self, x: np.ndarray) -> np.ndarray:
-        return special.logsumexp(self._log_w + self._a * x[..., None] - self._b, axis=-1)
+        # logsumexp by hand (largest term + log of the scaled sum, as scipy's): scipy's array-API
+        # dispatch costs ~100 us a call, and the PLD accountant calls this thousands of times
+        terms = self._log_w + self._a * np.asarray(x, dtype=np.float64)[..., None] - self._b
+        top = np.max(terms, axis=-1, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        return np.log(np.sum(np.exp(terms - top), axis=-1)) + top[..., 0]
 
     def _inverse_add(self, loss: np.ndarray) -> np.ndarray:
         """x with L_add(x) = loss; -inf at or below the loss floor, +inf for +inf."""
@@ -137,15 +142,25 @@ class GaussianMixturePair(DominatingPair):
         if closed is not None:
             out[ok] = closed
             return out
-        # Start right of the root (the largest single-term solution: one term alone reaches target)
-        # and run Newton on the convex increasing function L_add: iterates decrease to the root.
+        # With zero shifts (weight w0 = e^floor), solve log sum_{s_k > 0} w_k e^{a_k x - b_k} = log(e^l - w0)
+        # instead (computed without cancellation, as the closed form does): the positive-shift part is
+        # nearly linear in x, where L_add flattens towards its floor and Newton would crawl (~25 steps).
         positive = self._a > 0
-        x = np.max((target[:, None] - self._log_w[positive] + self._b[positive]) / self._a[positive], axis=1)
-        active = np.arange(len(x))
+        log_w, a, b = self._log_w[positive], self._a[positive], self._b[positive]
+        if math.isfinite(self._loss_floor):
+            with np.errstate(divide="ignore"):
+                target = self._loss_floor + log_expm1(np.maximum(target - self._loss_floor, 0.0))
+        # Start right of the root (the smallest single-term solution: each term alone is <= the sum,
+        # so each single-term solution is right of the root) and run Newton on the convex increasing
+        # sum: iterates decrease to the root.
+        x = np.min((target[:, None] - log_w + b) / a, axis=1)
+        active = np.nonzero(np.isfinite(x))[0]  # a target at the floor (log 0) inverts to -inf
         settled = np.zeros(len(x), dtype=bool)  # converged once: one more step, then leave the active set
         for _ in range(200):
+            if len(active) == 0:
+                break
             xa, ta = x[active], target[active]
-            terms = self._log_w + self._a * xa[:, None] - self._b
+            terms = log_w + a * xa[:, None] - b
             # logsumexp as top + log1p(rest): the loss can sit within 1e-7 of 0 (small sampling
             # rates), where log(1 + rest) would keep only 9 digits
             arg = terms.argmax(axis=1)
@@ -155,7 +170,7 @@ class GaussianMixturePair(DominatingPair):
             e[rows, arg] = 0.0
             rest = e.sum(axis=1)
             value = top + np.log1p(rest)
-            slope = (e @ self._a + self._a[arg]) / (1.0 + rest)
+            slope = (e @ a + a[arg]) / (1.0 + rest)
             step = (value - ta) / slope
             x[active] = xa - step
             # converged, or at the round-off level of the residual: logsumexp is exact to a few ulps of
@@ -229,7 +244,7 @@ class GaussianMixturePair(DominatingPair):
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
         mixture = (under == "P") == (self.direction == "add")
-        x = self._inverse_add(edges if self.direction == "add" else -edges)  # once: the costly part
+        x = self._edges_inverse(edges)  # the costly part: once for both P and Q
         weights, shifts = (self.weights, self.shifts) if mixture else (np.ones(1), np.zeros(1))
         # Pr[X <= x] and Pr[X > x] term by term (each from its own side, no complement taken), and each
         # term's ndtr error weighted by the term: a far component's large t counts only as its mass
@@ -279,6 +294,16 @@ class GaussianMixturePair(DominatingPair):
             return cells, below, above
         errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad] + _TINY  # + underflow
         return cells, below, above, errors, float(err_cdf[0]), float(err_sf[-1])
+
+    def _edges_inverse(self, edges: np.ndarray) -> np.ndarray:
+        """x at the loss edges (``cell_masses``), remembered for the last edges asked: the PLD lattice
+        asks for the P- and then the Q-masses of the same cells."""
+        known = getattr(self, "_last_inverse", None)
+        if known is not None and known[0].shape == edges.shape and np.array_equal(known[0], edges):
+            return known[1]
+        x = self._inverse_add(edges if self.direction == "add" else -edges)
+        self._last_inverse = (edges.copy(), x)
+        return x
 
     def profile(self, epsilon) -> np.ndarray:
         """delta(eps) without the cancellation of sf_P - e^eps sf_Q: with x0 the loss threshold,
