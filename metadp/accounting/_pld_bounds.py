@@ -162,13 +162,21 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
     low = sum(item.count * item.start for item in items)
     high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
     theta, steps = tilted.theta, steps / tilted.sd
-    up = sum(item.count * (_comp.cgf(item.pmf, item.start, theta + steps) + _comp.log_inverse(item.rel_error))
-             for item in items) - tilted.log_scale
-    down = sum(item.count * (_comp.cgf(item.pmf, item.start, theta - steps) + _comp.log_inverse(item.rel_error))
-               for item in items) - tilted.log_scale
     log_level = math.log(level)
-    top = min(high, math.ceil(float(np.min((up - log_level) / steps))))
-    first = max(low, math.floor(float(np.max((log_level - down) / steps))))
+    # the best Chernoff parameter of each end chosen on the pmfs' blocks (any is valid), then the
+    # bound computed exactly there
+    both = np.concatenate([theta + steps, theta - steps])
+    guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count)
+                + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
+    i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
+    i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
+    up_step, down_step = steps[i_up:i_up + 1], steps[i_down:i_down + 1]
+    both = np.concatenate([theta + up_step, theta - down_step])
+    total = sum(item.count * (_comp.cgf(item.pmf, item.start, both) + _comp.log_inverse(item.rel_error))
+                for item in items) - tilted.log_scale
+    up, down = total[:1], total[1:]
+    top = min(high, math.ceil(float(np.min((up - log_level) / up_step))))
+    first = max(low, math.floor(float(np.max((log_level - down) / down_step))))
     size = sfft.next_fast_len(max(1024, top - first + 2), real=True)  # 2-3-5-smooth
     if size * 16 * 6 > max_memory:
         raise MemoryError(1.05 * size * 16 * 6 / max_memory)  # how much wider h must be
@@ -176,9 +184,9 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
         return low, size, -math.inf, 0.0
     first = min(first, high - size + 1)
     top = first + size - 1
-    log_above = float(np.min(up + tilted.log_scale - (theta + steps) * top)) if top < high else -math.inf
-    outside = (math.exp(min(float(np.min(up - steps * top)), 0.0)) if top < high else 0.0) + \
-        (math.exp(min(float(np.min(down + steps * first)), 0.0)) if first > low else 0.0)
+    log_above = float(np.min(up + tilted.log_scale - (theta + up_step) * top)) if top < high else -math.inf
+    outside = (math.exp(min(float(np.min(up - up_step * top)), 0.0)) if top < high else 0.0) + \
+        (math.exp(min(float(np.min(down + down_step * first)), 0.0)) if first > low else 0.0)
     return first, size, log_above, outside
 
 
