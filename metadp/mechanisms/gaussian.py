@@ -47,6 +47,16 @@ _GL = {n: (*np.polynomial.legendre.leggauss(n), math.factorial(n) ** 4 / ((2 * n
            float(np.prod(np.arange(1, 2 * n, 2)))) for n in (4, 8)}
 
 
+def _power(x: np.ndarray, n: int) -> np.ndarray:
+    """x^n for n a power of 2, by squaring (a few ulps from pow, which costs ~10x more; only error
+    bounds and the 4- or 8-point choice use it)."""
+    out = x
+    while n > 1:
+        out = out * out
+        n //= 2
+    return out
+
+
 def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
     """sum_k w_k Pr[a < N(s_k, sigma^2) <= b] by Gauss-Legendre (intervals of width <= sigma/8; 4 points
     where their remainder bound is below 1e-17 of the mass, else 8), and with ``with_error`` an absolute
@@ -59,10 +69,13 @@ def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
     R_n w^2n 2^(n-1) (t^2n + E Z^2n) e^{t w} of the component's mass there."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     w = (b - a) / sigma
-    t_all = np.max(np.maximum(np.abs(a[:, None] - shifts), np.abs(b[:, None] - shifts)), axis=1) / sigma
+    # |x - s| is convex in s: its largest value over the shifts is at the smallest or the largest one
+    low, high = float(np.min(shifts)), float(np.max(shifts))
+    t_all = np.maximum(np.maximum(np.abs(a - low), np.abs(a - high)),
+                       np.maximum(np.abs(b - low), np.abs(b - high))) / sigma
     _, _, r4, z4 = _GL[4]
     with np.errstate(over="ignore", invalid="ignore"):
-        cheap = r4 * w**8 * 8.0 * (t_all**8 + z4) * np.exp(t_all * w) <= 1e-17
+        cheap = r4 * _power(w, 8) * 8.0 * (_power(t_all, 8) + z4) * np.exp(t_all * w) <= 1e-17
     total, error = np.zeros(len(a)), np.zeros(len(a))
     for n, rows in ((4, np.nonzero(cheap)[0]), (8, np.nonzero(~cheap)[0])):
         if len(rows) == 0:
@@ -72,13 +85,14 @@ def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
         nodes = 0.5 * (ar + br)[:, None] + 0.5 * (br - ar)[:, None] * x[None, :]
         scale = 0.5 * (br - ar) / (sigma * math.sqrt(2.0 * math.pi))
         for weight, shift in zip(weights, shifts):
-            mass = weight * scale * np.sum(np.exp(-0.5 * ((nodes - shift) / sigma) ** 2) * gw, axis=1)
+            centred = nodes - shift if shift else nodes
+            mass = weight * scale * (np.exp(-0.5 * (centred / sigma) ** 2) @ gw)
             total[rows] += mass
             if with_error:
                 t = np.maximum(np.abs(ar - shift), np.abs(br - shift)) / sigma
                 rounding = _U * (64.0 + 8.0 * t * t + 8.0 * t * (np.abs(ar) + np.abs(br)) / sigma + 4.0 * len(weights))
                 with np.errstate(over="ignore", invalid="ignore"):
-                    remainder = rn * wr ** (2 * n) * 2.0 ** (n - 1) * (t ** (2 * n) + zn) * np.exp(t * wr)
+                    remainder = rn * _power(wr, 2 * n) * 2.0 ** (n - 1) * (_power(t, 2 * n) + zn) * np.exp(t * wr)
                 error[rows] += mass * (rounding + np.minimum(remainder, 1.0)) * (1.0 + 1e-6)
     return (total, error) if with_error else total
 
@@ -254,11 +268,11 @@ class GaussianMixturePair(DominatingPair):
         below_x[x == np.inf] = 1.0
         above_x[x == -np.inf] = 1.0
         for w, shift in zip(weights, shifts):
-            t = (x[finite] - shift) / self.sigma
-            low, high = w * special.ndtr(t), w * special.ndtr(-t)
+            phi_low, phi_high, phi_error = self._edge_cdfs(x, finite, float(shift))
+            low, high = w * phi_low, w * phi_high
             below_x[finite] += low
             above_x[finite] += high
-            rel = ndtr_error(t) + 4.0 * _U * len(weights)
+            rel = phi_error + 4.0 * _U * len(weights)
             err_low[finite] += low * rel
             err_high[finite] += high * rel
         cdf, sf = (below_x, above_x) if self.direction == "add" else (above_x, below_x)
@@ -277,11 +291,14 @@ class GaussianMixturePair(DominatingPair):
             pieces = np.ceil((hi - lo) / (self.sigma / 8.0))
             quad = np.nonzero(cancelling & np.isfinite(lo) & np.isfinite(hi) & (pieces <= 64))[0]
         count = np.maximum(pieces[quad], 1).astype(np.int64)
-        owner = np.repeat(np.arange(len(quad)), count)
-        part = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
-        width = (hi[quad] - lo[quad]) / count
-        a = lo[quad][owner] + width[owner] * part
-        b = np.where(part == count[owner] - 1, hi[quad][owner], a + width[owner])
+        if np.all(count == 1):  # every cell in one piece (the usual case): the same a, b without the indexing
+            owner, a, b = np.arange(len(quad)), lo[quad], hi[quad]
+        else:
+            owner = np.repeat(np.arange(len(quad)), count)
+            part = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
+            width = (hi[quad] - lo[quad]) / count
+            a = lo[quad][owner] + width[owner] * part
+            b = np.where(part == count[owner] - 1, hi[quad][owner], a + width[owner])
         masses, piece_errors = np.zeros(len(a)), np.zeros(len(a))
         for start in range(0, len(a), 1 << 16):  # bounded temporaries
             sl = slice(start, start + (1 << 16))
@@ -294,6 +311,17 @@ class GaussianMixturePair(DominatingPair):
             return cells, below, above
         errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad] + _TINY  # + underflow
         return cells, below, above, errors, float(err_cdf[0]), float(err_sf[-1])
+
+    def _edge_cdfs(self, x: np.ndarray, finite: np.ndarray, shift: float):
+        """Phi(t), Phi(-t) and ``ndtr_error(t)`` at t = (x - shift)/sigma over the finite x, remembered
+        per shift for the last x (the zero shift serves both the P- and the Q-masses of a lattice)."""
+        memo = getattr(self, "_cdf_memo", None)
+        if memo is None or memo[0] is not x:
+            memo = self._cdf_memo = (x, {})
+        if shift not in memo[1]:
+            t = (x[finite] - shift) / self.sigma
+            memo[1][shift] = (special.ndtr(t), special.ndtr(-t), ndtr_error(t))
+        return memo[1][shift]
 
     def _edges_inverse(self, edges: np.ndarray) -> np.ndarray:
         """x at the loss edges (``cell_masses``), remembered for the last edges asked: the PLD lattice
