@@ -27,6 +27,7 @@ _PILOT = 14  # the first lattice puts about 2^_PILOT points across the composed 
 _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
 _UNTILTED_SHARE = 1e-4  # the untilted FFT is used where its round-off is predicted below this share of delta
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
+_COARSER = 4.0  # a direction behind the largest is first bounded on a lattice this many times coarser
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +68,14 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
     lower, upper, size, notes, gap, terms, hints = 0.0, math.inf, 0, [], math.inf, None, {}
+    certified = {}  # each direction's best upper bound so far (certified at every spacing)
     for _ in range(12):
         round_start = time.perf_counter()
         try:
             # the last round's tilts help only once its interval means something (within 20%)
             informative = math.isfinite(upper) and upper - lower <= 0.2 * upper
             found = _round(per_direction, delta, h, tau, tail, max_memory, lower, 0.5 * tolerance,
-                           hints if informative else {})
+                           hints if informative else {}, certified)
         except MemoryError as err:  # the window estimate was short: widen and retry
             h *= max(1.25, float(err.args[0]) if err.args else 2.0)
             h_floor = max(h_floor, h)
@@ -223,18 +225,33 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
-def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None):
+def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None):
     """One refinement round: every direction's upper bound, and lower bounds, largest upper first, until
     the interval is within ``aim`` of the largest upper bound (epsilon is the largest over the
     directions, so a direction's lower bound only matters while it could raise the best one: a direction
     whose upper bound is below the best lower bound known is skipped). ``hints`` (a dict, updated) keeps
-    each direction's tilt (loss units) and upper bound for the next round's tilt."""
+    each direction's tilt (loss units) and upper bound for the next round's tilt. ``certified`` (a dict,
+    updated) keeps each direction's best upper bound from earlier rounds: a direction whose bound is
+    already at or below this round's largest upper is not recomputed (the largest stays the same)."""
     hints = {} if hints is None else hints
-    uppers = []
-    for d, pairs in enumerate(per_direction):
-        lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
+    certified = {} if certified is None else certified
+    uppers, largest = [], -math.inf
+    for d in sorted(range(len(per_direction)), key=lambda d: -certified.get(d, math.inf)):
+        if certified.get(d, math.inf) <= largest:
+            continue
+        if math.isfinite(largest) and d not in certified:
+            # a direction not yet bounded, behind one that is: first a lattice _COARSER times coarser
+            # (about that much cheaper, and as certified); at spacing h only if that is not enough
+            coarse = _snap(_COARSER * h, [per_direction[d]])
+            lattices = [(_lat.lattice_cached(pair, coarse, tail), c) for pair, c in per_direction[d]]
+            certified[d] = _upper_epsilon(lattices, delta, coarse, tau, max_memory)[0]
+            if certified[d] <= largest:
+                continue
+        lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in per_direction[d]]
         found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d))
         hints[d] = (found[1] / h, found[0])
+        certified[d] = min(certified.get(d, math.inf), found[0])
+        largest = max(largest, found[0])
         uppers.append((lattices,) + found)
     found, best, tried = [], known_lower, 0
     top = max(u[1] for u in uppers)
