@@ -389,12 +389,14 @@ class GaussianMixturePair(DominatingPair):
             inner, outer = float(np.min(self.shifts)), float(np.max(self.shifts)) + k
         else:
             inner, outer = float(np.max(self.shifts)), float(np.min(self.shifts)) - k
-        for _ in range(100):  # invariant: the tail beyond `outer` is <= tail
-            mid = 0.5 * (inner + outer)
-            if float(self._mixture_cdf(np.array(mid), upper=upper)) <= tail:
-                outer = mid
-            else:
-                inner = mid
+        for _ in range(20):  # invariant: the tail beyond `outer` is <= tail
+            # 31 interior points at once (a 32-way bisection: ~9 rounds of one array call, not ~45 calls)
+            points = inner + (outer - inner) * np.arange(1, 32) / 32.0
+            # the tail beyond a point shrinks from inner to outer: the first good point is the new outer
+            good = self._mixture_cdf(points, upper=upper) <= tail
+            first = int(np.argmax(good)) if np.any(good) else len(points)
+            outer = float(points[first]) if first < len(points) else outer
+            inner = float(points[first - 1]) if first > 0 else inner
             if abs(outer - inner) <= 1e-13 * (1.0 + abs(outer)):
                 break
         return outer
