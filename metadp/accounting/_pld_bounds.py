@@ -201,15 +201,42 @@ def _untilted_is_enough(items, flat, size, delta) -> bool:
     return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
 
 
+def _untilted_is_likely_enough(items, level) -> bool:
+    """``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
+    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it)."""
+    var, log_scale, norm = 0.0, 0.0, 0.0
+    for item in items:
+        total = float(item.pmf.sum())
+        idx = np.arange(len(item.pmf), dtype=np.float64)
+        mean = float(np.dot(item.pmf, idx)) / total
+        var += item.count * float(np.dot(item.pmf, (idx - mean) ** 2)) / total
+        log_scale += item.count * math.log(total)
+        norm += item.count * float(np.linalg.norm(item.pmf)) / total
+    steps = _STEPS / math.sqrt(max(var, 1.0))
+    guess = sum(_comp.approximate_cgf(item.pmf, item.start, np.concatenate([steps, -steps]), item.count)
+                + item.count * _comp.log_inverse(item.rel_error) for item in items) - log_scale
+    low = sum(item.count * item.start for item in items)
+    high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
+    top = min(high, math.ceil(float(np.min((guess[: len(steps)] - math.log(level)) / steps))))
+    first = max(low, math.floor(float(np.max((math.log(level) - guess[len(steps):]) / steps))))
+    size = sfft.next_fast_len(max(1024, top - first + 2), real=True)
+    return norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
+
+
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     """The upper composed sum of one direction at tilt theta (None: untilted if that is accurate
     enough, else the saddle point): (TiltedSum, charge), charge being the exact mass above the window
     plus the infinity atom."""
     if theta is None:
-        tilted = _comp.tilt(items, 0.0)
-        window = _window(items, tilted, level, max_memory)
-        # delta at x: the answer's size is unknown, so the sum is always centred on x
-        if x is not None or not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+        # delta at x: the answer's size is unknown, so the sum is always centred on x; otherwise the
+        # untilted sum is tried where a cheap prediction expects it to be accurate enough
+        tilted = None
+        if x is None and _untilted_is_likely_enough(items, level):
+            tilted = _comp.tilt(items, 0.0)
+            window = _window(items, tilted, level, max_memory)
+            if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+                tilted = None
+        if tilted is None:
             theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(delta),
                                        x=None if x is None else x / h)[0]
             tilted = _comp.tilt(items, theta)
