@@ -75,6 +75,7 @@ def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
 
 _COARSE = {}  # id(pmf) -> (pmf, log block masses, block centroids): ``approximate_cgf``'s blocks
 _BLOCKS = 512
+_GUARD = 0.01
 
 
 def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.ndarray:
@@ -102,7 +103,7 @@ def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.n
     exponent = log_mass[None, :] + thetas[:, None] * centre[None, :]
     top = exponent.max(axis=1)
     out = top + np.log(np.exp(exponent - top[:, None]).sum(axis=1))
-    coarse = count * thetas**2 * (width - 1) ** 2 / 8.0 > 0.01
+    coarse = count * thetas**2 * (width - 1) ** 2 / 8.0 > _GUARD
     if np.any(coarse):
         out[coarse] = cgf(pmf, start, thetas[coarse])
     return count * out
