@@ -27,6 +27,7 @@ _PILOT = 14  # the first lattice puts about 2^_PILOT points across the composed 
 _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
 _UNTILTED_SHARE = 1e-4  # the untilted FFT is used where its round-off is predicted below this share of delta
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
+_COARSER = 4.0  # a direction behind the largest is first bounded on a lattice this many times coarser
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +68,14 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
     lower, upper, size, notes, gap, terms, hints = 0.0, math.inf, 0, [], math.inf, None, {}
+    certified = {}  # each direction's best upper bound so far (certified at every spacing)
     for _ in range(12):
         round_start = time.perf_counter()
         try:
             # the last round's tilts help only once its interval means something (within 20%)
             informative = math.isfinite(upper) and upper - lower <= 0.2 * upper
             found = _round(per_direction, delta, h, tau, tail, max_memory, lower, 0.5 * tolerance,
-                           hints if informative else {})
+                           hints if informative else {}, certified)
         except MemoryError as err:  # the window estimate was short: widen and retry
             h *= max(1.25, float(err.args[0]) if err.args else 2.0)
             h_floor = max(h_floor, h)
@@ -162,13 +164,21 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
     low = sum(item.count * item.start for item in items)
     high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
     theta, steps = tilted.theta, steps / tilted.sd
-    up = sum(item.count * (_comp.cgf(item.pmf, item.start, theta + steps) + _comp.log_inverse(item.rel_error))
-             for item in items) - tilted.log_scale
-    down = sum(item.count * (_comp.cgf(item.pmf, item.start, theta - steps) + _comp.log_inverse(item.rel_error))
-               for item in items) - tilted.log_scale
     log_level = math.log(level)
-    top = min(high, math.ceil(float(np.min((up - log_level) / steps))))
-    first = max(low, math.floor(float(np.max((log_level - down) / steps))))
+    # the best Chernoff parameter of each end chosen on the pmfs' blocks (any is valid), then the
+    # bound computed exactly there
+    both = np.concatenate([theta + steps, theta - steps])
+    guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count)
+                + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
+    i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
+    i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
+    up_step, down_step = steps[i_up:i_up + 1], steps[i_down:i_down + 1]
+    both = np.concatenate([theta + up_step, theta - down_step])
+    total = sum(item.count * (_comp.cgf(item.pmf, item.start, both) + _comp.log_inverse(item.rel_error))
+                for item in items) - tilted.log_scale
+    up, down = total[:1], total[1:]
+    top = min(high, math.ceil(float(np.min((up - log_level) / up_step))))
+    first = max(low, math.floor(float(np.max((log_level - down) / down_step))))
     size = sfft.next_fast_len(max(1024, top - first + 2), real=True)  # 2-3-5-smooth
     if size * 16 * 6 > max_memory:
         raise MemoryError(1.05 * size * 16 * 6 / max_memory)  # how much wider h must be
@@ -176,9 +186,9 @@ def _window(items, tilted, level, max_memory, steps=_STEPS):
         return low, size, -math.inf, 0.0
     first = min(first, high - size + 1)
     top = first + size - 1
-    log_above = float(np.min(up + tilted.log_scale - (theta + steps) * top)) if top < high else -math.inf
-    outside = (math.exp(min(float(np.min(up - steps * top)), 0.0)) if top < high else 0.0) + \
-        (math.exp(min(float(np.min(down + steps * first)), 0.0)) if first > low else 0.0)
+    log_above = float(np.min(up + tilted.log_scale - (theta + up_step) * top)) if top < high else -math.inf
+    outside = (math.exp(min(float(np.min(up - up_step * top)), 0.0)) if top < high else 0.0) + \
+        (math.exp(min(float(np.min(down + down_step * first)), 0.0)) if first > low else 0.0)
     return first, size, log_above, outside
 
 
@@ -191,15 +201,42 @@ def _untilted_is_enough(items, flat, size, delta) -> bool:
     return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
 
 
+def _untilted_is_likely_enough(items, level) -> bool:
+    """``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
+    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it)."""
+    var, log_scale, norm = 0.0, 0.0, 0.0
+    for item in items:
+        total = float(item.pmf.sum())
+        idx = np.arange(len(item.pmf), dtype=np.float64)
+        mean = float(np.dot(item.pmf, idx)) / total
+        var += item.count * float(np.dot(item.pmf, (idx - mean) ** 2)) / total
+        log_scale += item.count * math.log(total)
+        norm += item.count * float(np.linalg.norm(item.pmf)) / total
+    steps = _STEPS / math.sqrt(max(var, 1.0))
+    guess = sum(_comp.approximate_cgf(item.pmf, item.start, np.concatenate([steps, -steps]), item.count)
+                + item.count * _comp.log_inverse(item.rel_error) for item in items) - log_scale
+    low = sum(item.count * item.start for item in items)
+    high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
+    top = min(high, math.ceil(float(np.min((guess[: len(steps)] - math.log(level)) / steps))))
+    first = max(low, math.floor(float(np.max((math.log(level) - guess[len(steps):]) / steps))))
+    size = sfft.next_fast_len(max(1024, top - first + 2), real=True)
+    return norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
+
+
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     """The upper composed sum of one direction at tilt theta (None: untilted if that is accurate
     enough, else the saddle point): (TiltedSum, charge), charge being the exact mass above the window
     plus the infinity atom."""
     if theta is None:
-        tilted = _comp.tilt(items, 0.0)
-        window = _window(items, tilted, level, max_memory)
-        # delta at x: the answer's size is unknown, so the sum is always centred on x
-        if x is not None or not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+        # delta at x: the answer's size is unknown, so the sum is always centred on x; otherwise the
+        # untilted sum is tried where a cheap prediction expects it to be accurate enough
+        tilted = None
+        if x is None and _untilted_is_likely_enough(items, level):
+            tilted = _comp.tilt(items, 0.0)
+            window = _window(items, tilted, level, max_memory)
+            if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+                tilted = None
+        if tilted is None:
             theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(delta),
                                        x=None if x is None else x / h)[0]
             tilted = _comp.tilt(items, theta)
@@ -215,18 +252,33 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
-def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None):
+def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None):
     """One refinement round: every direction's upper bound, and lower bounds, largest upper first, until
     the interval is within ``aim`` of the largest upper bound (epsilon is the largest over the
     directions, so a direction's lower bound only matters while it could raise the best one: a direction
     whose upper bound is below the best lower bound known is skipped). ``hints`` (a dict, updated) keeps
-    each direction's tilt (loss units) and upper bound for the next round's tilt."""
+    each direction's tilt (loss units) and upper bound for the next round's tilt. ``certified`` (a dict,
+    updated) keeps each direction's best upper bound from earlier rounds: a direction whose bound is
+    already at or below this round's largest upper is not recomputed (the largest stays the same)."""
     hints = {} if hints is None else hints
-    uppers = []
-    for d, pairs in enumerate(per_direction):
-        lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
+    certified = {} if certified is None else certified
+    uppers, largest = [], -math.inf
+    for d in sorted(range(len(per_direction)), key=lambda d: -certified.get(d, math.inf)):
+        if certified.get(d, math.inf) <= largest:
+            continue
+        if math.isfinite(largest) and d not in certified:
+            # a direction not yet bounded, behind one that is: first a lattice _COARSER times coarser
+            # (about that much cheaper, and as certified); at spacing h only if that is not enough
+            coarse = _snap(_COARSER * h, [per_direction[d]])
+            lattices = [(_lat.lattice_cached(pair, coarse, tail), c) for pair, c in per_direction[d]]
+            certified[d] = _upper_epsilon(lattices, delta, coarse, tau, max_memory)[0]
+            if certified[d] <= largest:
+                continue
+        lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in per_direction[d]]
         found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d))
         hints[d] = (found[1] / h, found[0])
+        certified[d] = min(certified.get(d, math.inf), found[0])
+        largest = max(largest, found[0])
         uppers.append((lattices,) + found)
     found, best, tried = [], known_lower, 0
     top = max(u[1] for u in uppers)

@@ -18,14 +18,11 @@ from metadp.accounting._pld_compose import TiltedSum
 __all__ = []
 
 
-def _crossing(ell: np.ndarray, a: np.ndarray, b: np.ndarray, target: float, x0: float = 0.0) -> float:
+def _crossing(ell: np.ndarray, a: np.ndarray, b: np.ndarray, target: float, x0: float = 0.0, sums=None) -> float:
     """Smallest x with sum_{ell_s > x} (a_s - e^{x - x0} b_s) <= target, for ell sorted increasing and
-    b_s = a_s e^{x0 - ell_s} (b scaled by e^{x0}, so that huge losses do not overflow)."""
-    big_a = np.cumsum(a[::-1])[::-1]
-    big_b = np.cumsum(b[::-1])[::-1]
-    a_next, b_next = np.append(big_a[1:], 0.0), np.append(big_b[1:], 0.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        at_points = a_next - np.exp(np.minimum(ell - x0, 700.0)) * b_next  # the sum at x = ell_j
+    b_s = a_s e^{x0 - ell_s} (b scaled by e^{x0}, so that huge losses do not overflow). ``sums``: the
+    target-free part (``_crossing_sums``), when several targets are asked of the same bins."""
+    big_a, big_b, at_points = _crossing_sums(ell, a, b, x0) if sums is None else sums
     hits = at_points <= target
     if not np.any(hits):
         return math.inf
@@ -33,6 +30,16 @@ def _crossing(ell: np.ndarray, a: np.ndarray, b: np.ndarray, target: float, x0: 
     if big_a[j] <= target:
         return float(ell[j - 1]) if j > 0 else -math.inf
     return float(min(x0 + math.log((big_a[j] - target) / big_b[j]), ell[j]))
+
+
+def _crossing_sums(ell: np.ndarray, a: np.ndarray, b: np.ndarray, x0: float):
+    """The tail sums of a and b and the crossing's sum at each x = ell_j (``_crossing``)."""
+    big_a = np.cumsum(a[::-1])[::-1]
+    big_b = np.cumsum(b[::-1])[::-1]
+    a_next, b_next = np.append(big_a[1:], 0.0), np.append(big_b[1:], 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        at_points = a_next - np.exp(np.minimum(ell - x0, 700.0)) * b_next  # the sum at x = ell_j
+    return big_a, big_b, at_points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +55,9 @@ class _Event:
     x0: float
 
     def crossing(self, target: float) -> float:
-        return _crossing(self.ell, self.a, self.b, target, self.x0)
+        if "_sums" not in self.__dict__:  # computed once (frozen dataclass: set directly)
+            object.__setattr__(self, "_sums", _crossing_sums(self.ell, self.a, self.b, self.x0))
+        return _crossing(self.ell, self.a, self.b, target, self.x0, self._sums)
 
     def value(self, x: float) -> float:
         """sum over ell_s > x of a_s - e^{x - x0} b_s: P(E_x) - e^x Q(E_x) before the round-off."""

@@ -68,26 +68,80 @@ def gaussian_epsilon_bounds(mu, delta: float) -> Optional[Tuple[float, float]]:
     """(lower, upper) on epsilon(delta) of mu-GDP (``mu`` as from ``gaussian_mu``), by bisection on the
     certified delta interval (the lower bound: the largest eps whose certified delta is still >= delta;
     the upper: the smallest whose certified delta is <= delta), or None where the closed form cannot be
-    trusted (then the lattice is used)."""
+    trusted (then the lattice is used). The bisection starts from a narrow bracket around an uncertified
+    estimate (``_estimate``), checked like every other point, so it takes ~15 steps, not ~55, and only
+    evaluates Phi near the answer."""
     top = mu[0] * (1.0 + mu[1])
     hi = top * top / 2.0 + top * (2.0 + math.sqrt(2.0 * max(0.0, -math.log(delta)))) + 1.0
     at_hi, at_zero = gaussian_delta_bounds(mu, hi), gaussian_delta_bounds(mu, 0.0)
     if at_hi is None or at_zero is None or at_hi[1] > delta:
         return None
+    guess = _estimate(mu[0], delta, hi)
     out = []
     for side in (0, 1):
         if not at_zero[side] > delta if side else at_zero[side] < delta:
             out.append(0.0)  # upper: delta(0) <= delta already; lower: nothing above 0 is certified
             continue
-        lo, high = 0.0, hi  # invariant: the side's bound at lo is on delta's far side, at high not
+        bracket = _bracket(mu, delta, side, guess, hi)
+        if bracket is None:
+            return None
+        lo, high = bracket  # invariant: the side's bound at lo is on delta's far side, at high not
         while high - lo > 4.0 * _U * high:
             mid = 0.5 * (lo + high)
             found = gaussian_delta_bounds(mu, mid)
             if found is None:
                 return None
-            if (found[1] > delta) if side else (found[0] >= delta):
+            if _far(found, side, delta):
                 lo = mid
             else:
                 high = mid
         out.append(high if side else lo)
     return out[0], out[1]
+
+
+def _far(found, side: int, delta: float) -> bool:
+    """Whether a certified (lower, upper) delta lies on delta's far side for the side's bound (upper:
+    the upper delta is still above delta; lower: the lower delta is still at or above it)."""
+    return found[1] > delta if side else found[0] >= delta
+
+
+def _estimate(mu: float, delta: float, hi: float) -> float:
+    """An uncertified estimate of epsilon(delta) for mu-GDP (bisection on the plain closed form in
+    math.erfc), only to start the certified bisection from a narrow bracket around it."""
+    lo = 0.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        a, b = mu / 2.0 - mid / mu, -mu / 2.0 - mid / mu
+        tail = math.erfc(-b / math.sqrt(2.0))
+        value = 0.5 * math.erfc(-a / math.sqrt(2.0)) - (math.exp(min(mid + math.log(tail), 700.0)) * 0.5
+                                                         if tail > 0.0 else 0.0)
+        lo, hi = (mid, hi) if value > delta else (lo, mid)
+        if hi - lo <= 1e-13 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def _bracket(mu, delta: float, side: int, guess: float, hi: float):
+    """[lo, high] around ``guess`` with the side's certified bound on delta's far side at lo and not at
+    high (``gaussian_epsilon_bounds``' invariant), widened from 2^-40 of the guess by factors of 16;
+    [0, hi] at worst, where the invariant holds by the checks made there. None where a certified
+    delta cannot be computed."""
+    width = 2.0**-40 * max(guess, 1e-300)
+    lo, high = None, None
+    while lo is None or high is None:
+        if lo is None:
+            lo = max(guess - width, 0.0)
+            if lo > 0.0:
+                found = gaussian_delta_bounds(mu, lo)
+                if found is None:
+                    return None
+                lo = lo if _far(found, side, delta) else None
+        if high is None:
+            high = min(guess + width, hi)
+            if high < hi:
+                found = gaussian_delta_bounds(mu, high)
+                if found is None:
+                    return None
+                high = None if _far(found, side, delta) else high
+        width *= 16.0
+    return lo, high

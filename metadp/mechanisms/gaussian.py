@@ -47,6 +47,16 @@ _GL = {n: (*np.polynomial.legendre.leggauss(n), math.factorial(n) ** 4 / ((2 * n
            float(np.prod(np.arange(1, 2 * n, 2)))) for n in (4, 8)}
 
 
+def _power(x: np.ndarray, n: int) -> np.ndarray:
+    """x^n for n a power of 2, by squaring (a few ulps from pow, which costs ~10x more; only error
+    bounds and the 4- or 8-point choice use it)."""
+    out = x
+    while n > 1:
+        out = out * out
+        n //= 2
+    return out
+
+
 def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
     """sum_k w_k Pr[a < N(s_k, sigma^2) <= b] by Gauss-Legendre (intervals of width <= sigma/8; 4 points
     where their remainder bound is below 1e-17 of the mass, else 8), and with ``with_error`` an absolute
@@ -59,10 +69,13 @@ def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
     R_n w^2n 2^(n-1) (t^2n + E Z^2n) e^{t w} of the component's mass there."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     w = (b - a) / sigma
-    t_all = np.max(np.maximum(np.abs(a[:, None] - shifts), np.abs(b[:, None] - shifts)), axis=1) / sigma
+    # |x - s| is convex in s: its largest value over the shifts is at the smallest or the largest one
+    low, high = float(np.min(shifts)), float(np.max(shifts))
+    t_all = np.maximum(np.maximum(np.abs(a - low), np.abs(a - high)),
+                       np.maximum(np.abs(b - low), np.abs(b - high))) / sigma
     _, _, r4, z4 = _GL[4]
     with np.errstate(over="ignore", invalid="ignore"):
-        cheap = r4 * w**8 * 8.0 * (t_all**8 + z4) * np.exp(t_all * w) <= 1e-17
+        cheap = r4 * _power(w, 8) * 8.0 * (_power(t_all, 8) + z4) * np.exp(t_all * w) <= 1e-17
     total, error = np.zeros(len(a)), np.zeros(len(a))
     for n, rows in ((4, np.nonzero(cheap)[0]), (8, np.nonzero(~cheap)[0])):
         if len(rows) == 0:
@@ -72,13 +85,14 @@ def _gl_masses(a, b, weights, shifts, sigma, with_error: bool = False):
         nodes = 0.5 * (ar + br)[:, None] + 0.5 * (br - ar)[:, None] * x[None, :]
         scale = 0.5 * (br - ar) / (sigma * math.sqrt(2.0 * math.pi))
         for weight, shift in zip(weights, shifts):
-            mass = weight * scale * np.sum(np.exp(-0.5 * ((nodes - shift) / sigma) ** 2) * gw, axis=1)
+            centred = nodes - shift if shift else nodes
+            mass = weight * scale * (np.exp(-0.5 * (centred / sigma) ** 2) @ gw)
             total[rows] += mass
             if with_error:
                 t = np.maximum(np.abs(ar - shift), np.abs(br - shift)) / sigma
                 rounding = _U * (64.0 + 8.0 * t * t + 8.0 * t * (np.abs(ar) + np.abs(br)) / sigma + 4.0 * len(weights))
                 with np.errstate(over="ignore", invalid="ignore"):
-                    remainder = rn * wr ** (2 * n) * 2.0 ** (n - 1) * (t ** (2 * n) + zn) * np.exp(t * wr)
+                    remainder = rn * _power(wr, 2 * n) * 2.0 ** (n - 1) * (_power(t, 2 * n) + zn) * np.exp(t * wr)
                 error[rows] += mass * (rounding + np.minimum(remainder, 1.0)) * (1.0 + 1e-6)
     return (total, error) if with_error else total
 
@@ -121,7 +135,12 @@ class GaussianMixturePair(DominatingPair):
     # -- the increasing loss L_add and its inverse ----------------------------------------------
 
     def _loss_add(self, x: np.ndarray) -> np.ndarray:
-        return special.logsumexp(self._log_w + self._a * x[..., None] - self._b, axis=-1)
+        # logsumexp by hand (largest term + log of the scaled sum, as scipy's): scipy's array-API
+        # dispatch costs ~100 us a call, and the PLD accountant calls this thousands of times
+        terms = self._log_w + self._a * np.asarray(x, dtype=np.float64)[..., None] - self._b
+        top = np.max(terms, axis=-1, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        return np.log(np.sum(np.exp(terms - top), axis=-1)) + top[..., 0]
 
     def _inverse_add(self, loss: np.ndarray) -> np.ndarray:
         """x with L_add(x) = loss; -inf at or below the loss floor, +inf for +inf."""
@@ -137,15 +156,25 @@ class GaussianMixturePair(DominatingPair):
         if closed is not None:
             out[ok] = closed
             return out
-        # Start right of the root (the largest single-term solution: one term alone reaches target)
-        # and run Newton on the convex increasing function L_add: iterates decrease to the root.
+        # With zero shifts (weight w0 = e^floor), solve log sum_{s_k > 0} w_k e^{a_k x - b_k} = log(e^l - w0)
+        # instead (computed without cancellation, as the closed form does): the positive-shift part is
+        # nearly linear in x, where L_add flattens towards its floor and Newton would crawl (~25 steps).
         positive = self._a > 0
-        x = np.max((target[:, None] - self._log_w[positive] + self._b[positive]) / self._a[positive], axis=1)
-        active = np.arange(len(x))
+        log_w, a, b = self._log_w[positive], self._a[positive], self._b[positive]
+        if math.isfinite(self._loss_floor):
+            with np.errstate(divide="ignore"):
+                target = self._loss_floor + log_expm1(np.maximum(target - self._loss_floor, 0.0))
+        # Start right of the root (the smallest single-term solution: each term alone is <= the sum,
+        # so each single-term solution is right of the root) and run Newton on the convex increasing
+        # sum: iterates decrease to the root.
+        x = np.min((target[:, None] - log_w + b) / a, axis=1)
+        active = np.nonzero(np.isfinite(x))[0]  # a target at the floor (log 0) inverts to -inf
         settled = np.zeros(len(x), dtype=bool)  # converged once: one more step, then leave the active set
         for _ in range(200):
+            if len(active) == 0:
+                break
             xa, ta = x[active], target[active]
-            terms = self._log_w + self._a * xa[:, None] - self._b
+            terms = log_w + a * xa[:, None] - b
             # logsumexp as top + log1p(rest): the loss can sit within 1e-7 of 0 (small sampling
             # rates), where log(1 + rest) would keep only 9 digits
             arg = terms.argmax(axis=1)
@@ -155,7 +184,7 @@ class GaussianMixturePair(DominatingPair):
             e[rows, arg] = 0.0
             rest = e.sum(axis=1)
             value = top + np.log1p(rest)
-            slope = (e @ self._a + self._a[arg]) / (1.0 + rest)
+            slope = (e @ a + a[arg]) / (1.0 + rest)
             step = (value - ta) / slope
             x[active] = xa - step
             # converged, or at the round-off level of the residual: logsumexp is exact to a few ulps of
@@ -233,7 +262,7 @@ class GaussianMixturePair(DominatingPair):
         remainder (``_quadrature_error``)."""
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
-        x = self._inverse_add(edges if self.direction == "add" else -edges)  # once: the costly part
+        x = self._edges_inverse(edges)  # the costly part: once for both P and Q
         weights, shifts = self._law(under)
         # Pr[X <= x] and Pr[X > x] term by term (each from its own side, no complement taken), and each
         # term's ndtr error weighted by the term: a far component's large t counts only as its mass
@@ -243,11 +272,11 @@ class GaussianMixturePair(DominatingPair):
         below_x[x == np.inf] = 1.0
         above_x[x == -np.inf] = 1.0
         for w, shift in zip(weights, shifts):
-            t = (x[finite] - shift) / self.sigma
-            low, high = w * special.ndtr(t), w * special.ndtr(-t)
+            phi_low, phi_high, phi_error = self._edge_cdfs(x, finite, float(shift))
+            low, high = w * phi_low, w * phi_high
             below_x[finite] += low
             above_x[finite] += high
-            rel = ndtr_error(t) + 4.0 * _U * len(weights)
+            rel = phi_error + 4.0 * _U * len(weights)
             err_low[finite] += low * rel
             err_high[finite] += high * rel
         cdf, sf = (below_x, above_x) if self.direction == "add" else (above_x, below_x)
@@ -266,11 +295,14 @@ class GaussianMixturePair(DominatingPair):
             pieces = np.ceil((hi - lo) / (self.sigma / 8.0))
             quad = np.nonzero(cancelling & np.isfinite(lo) & np.isfinite(hi) & (pieces <= 64))[0]
         count = np.maximum(pieces[quad], 1).astype(np.int64)
-        owner = np.repeat(np.arange(len(quad)), count)
-        part = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
-        width = (hi[quad] - lo[quad]) / count
-        a = lo[quad][owner] + width[owner] * part
-        b = np.where(part == count[owner] - 1, hi[quad][owner], a + width[owner])
+        if np.all(count == 1):  # every cell in one piece (the usual case): the same a, b without the indexing
+            owner, a, b = np.arange(len(quad)), lo[quad], hi[quad]
+        else:
+            owner = np.repeat(np.arange(len(quad)), count)
+            part = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
+            width = (hi[quad] - lo[quad]) / count
+            a = lo[quad][owner] + width[owner] * part
+            b = np.where(part == count[owner] - 1, hi[quad][owner], a + width[owner])
         masses, piece_errors = np.zeros(len(a)), np.zeros(len(a))
         for start in range(0, len(a), 1 << 16):  # bounded temporaries
             sl = slice(start, start + (1 << 16))
@@ -283,6 +315,27 @@ class GaussianMixturePair(DominatingPair):
             return cells, below, above
         errors[quad] = np.bincount(owner, piece_errors, len(quad)) + _U * count * cells[quad] + _TINY  # + underflow
         return cells, below, above, errors, float(err_cdf[0]), float(err_sf[-1])
+
+    def _edge_cdfs(self, x: np.ndarray, finite: np.ndarray, shift: float):
+        """Phi(t), Phi(-t) and ``ndtr_error(t)`` at t = (x - shift)/sigma over the finite x, remembered
+        per shift for the last x (the zero shift serves both the P- and the Q-masses of a lattice)."""
+        memo = getattr(self, "_cdf_memo", None)
+        if memo is None or memo[0] is not x:
+            memo = self._cdf_memo = (x, {})
+        if shift not in memo[1]:
+            t = (x[finite] - shift) / self.sigma
+            memo[1][shift] = (special.ndtr(t), special.ndtr(-t), ndtr_error(t))
+        return memo[1][shift]
+
+    def _edges_inverse(self, edges: np.ndarray) -> np.ndarray:
+        """x at the loss edges (``cell_masses``), remembered for the last edges asked: the PLD lattice
+        asks for the P- and then the Q-masses of the same cells."""
+        known = getattr(self, "_last_inverse", None)
+        if known is not None and known[0].shape == edges.shape and np.array_equal(known[0], edges):
+            return known[1]
+        x = self._inverse_add(edges if self.direction == "add" else -edges)
+        self._last_inverse = (edges.copy(), x)
+        return x
 
     def profile(self, epsilon) -> np.ndarray:
         """delta(eps) without the cancellation of sf_P - e^eps sf_Q: with x0 the loss threshold,
@@ -340,12 +393,14 @@ class GaussianMixturePair(DominatingPair):
             inner, outer = float(np.min(self.shifts)), float(np.max(self.shifts)) + k
         else:
             inner, outer = float(np.max(self.shifts)), float(np.min(self.shifts)) - k
-        for _ in range(100):  # invariant: the tail beyond `outer` is <= tail
-            mid = 0.5 * (inner + outer)
-            if float(self._mixture_cdf(np.array(mid), upper=upper)) <= tail:
-                outer = mid
-            else:
-                inner = mid
+        for _ in range(20):  # invariant: the tail beyond `outer` is <= tail
+            # 31 interior points at once (a 32-way bisection: ~9 rounds of one array call, not ~45 calls)
+            points = inner + (outer - inner) * np.arange(1, 32) / 32.0
+            # the tail beyond a point shrinks from inner to outer: the first good point is the new outer
+            good = self._mixture_cdf(points, upper=upper) <= tail
+            first = int(np.argmax(good)) if np.any(good) else len(points)
+            outer = float(points[first]) if first < len(points) else outer
+            inner = float(points[first - 1]) if first > 0 else inner
             if abs(outer - inner) <= 1e-13 * (1.0 + abs(outer)):
                 break
         return outer

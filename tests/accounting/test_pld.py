@@ -183,3 +183,28 @@ def test_get_delta_small_deltas_and_degenerate_cases():
     assert 0.5e-9 <= d <= 1e-9 * 1.001  # the truncation charged is sized to the answer, not to the RDP delta
     assert PldAccountant().get_delta(0.5) == 0.0
     assert PldAccountant().compose(NonPrivate()).get_delta(10.0) == 1.0
+
+
+def _mp_gaussian_epsilon(mu: float, delta: float) -> float:
+    """epsilon(delta) of mu-GDP at 50 digits (mpmath): the closed form's root, for deltas where the
+    float helper above cannot be trusted."""
+    import mpmath
+    mpmath.mp.dps = 50
+    mu, delta = mpmath.mpf(mu), mpmath.mpf(delta)
+    f = lambda e: mpmath.ncdf(mu / 2 - e / mu) - mpmath.exp(e) * mpmath.ncdf(-mu / 2 - e / mu) - delta
+    lo, hi = mpmath.mpf(0), mpmath.mpf(1)
+    while f(hi) > 0:
+        hi *= 2
+    return float(mpmath.findroot(f, (lo, hi), solver="bisect", tol=mpmath.mpf(10) ** -40))
+
+
+@pytest.mark.parametrize("z, steps, delta", [(20.0, 1, 2.6e-81), (50.0, 1, 1e-100), (20.0, 1, 1e-200),
+                                              (10.0, 100, 1e-6)])
+def test_gdp_closed_form_at_tiny_deltas_brackets_mpmath(z, steps, delta):
+    # The closed form's bisection starts from a bracket around an estimate, so it only evaluates
+    # Phi near the answer: at tiny deltas with small mu it no longer steps where Phi underflows
+    # (which sent these plans to the lattice); both bounds stay certified, within 1e-10 of each other.
+    exact = _mp_gaussian_epsilon(math.sqrt(steps) / z, delta)
+    r = PldAccountant().compose(Gaussian(z), steps).get_epsilon_bounds(delta)
+    assert r.fft_size == 0 and math.isnan(r.h)  # the closed form, not the lattice
+    assert r.epsilon_lower <= exact <= r.epsilon_upper <= exact * (1 + 1e-10)
