@@ -23,7 +23,9 @@ bound of the three libraries. ``episodic`` record-level accounting of the defaul
 What differs between the RDP accountants (see tests/crosscheck/test_dp_accounting.py): metadp optimises
 the order continuously over a wider grid (so its epsilon is a little lower), evaluates fractional orders
 of the Poisson-subsampled Gaussian by quadrature without cancellation, and for fixed-size sampling
-uses Wang-Balle-Kasiviswanathan Thm 9 where dp-accounting also uses the tighter Thm 27 at orders <= 256.
+uses Wang-Balle-Kasiviswanathan Thm 27 as dp-accounting does (each term the smaller of Thm 27's and
+Thm 9's; Pearson-Vajda moments by quadrature, so it stays accurate at large noise where a float
+alternating sum cancels).
 """
 
 from __future__ import annotations
