@@ -200,6 +200,13 @@ class CanaryAudit:
         return torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1).double().numpy()
 
     def _step_llr(self, params, release, std) -> np.ndarray:
+        """Each canary's log-likelihood ratio, in against out, of this release (module docstring).
+
+        The statistic is the whitened (Fisher linear discriminant) projection t_i = d_i' S^-1 (R - E + p_i (a_i +
+        b_i) / 2), d_i = a_i - b_i, with S = sigma^2 I + sum_r w_r c_r c_r' the covariance of the noise and
+        of the other rows' sampling (base rows: w = p (1 - p); canaries: a and b each with weight p / 2),
+        applied by Woodbury's identity; standardised by s_i = sqrt(d_i' S^-1 d_i), it is N(0, 1) when the
+        canary is not sampled, shifted by a_i' S^-1 d_i / s_i (in) or b_i' S^-1 d_i / s_i (out) when it is."""
         k = self.k
         n = k.pool.size
         canary = torch.zeros(n, dtype=torch.bool)
@@ -211,19 +218,22 @@ class CanaryAudit:
         a = self._flat(k.pool_in, k.rows, params)  # [m, P]
         b = self._flat(k.pool_out, k.rows, params) if k.view == "record" else np.zeros_like(a)
         r = torch.cat([v.reshape(-1) for v in release.values()]).double().numpy()
-        expected = p_base @ g + p_can @ (0.5 * (a + b))
-        diff = a - b
-        w2 = np.linalg.norm(diff, axis=1)
-        u = diff / np.maximum(w2, 1e-300)[:, None]
-        w = 0.5 * w2
-        centre = np.einsum("ij,ij->i", u, 0.5 * (a + b))
-        y = u @ (r - expected) + p_can * centre
-        ug, ua, ub = u @ g.T, u @ a.T, u @ b.T
-        var = std**2 + (ug**2 * (p_base * (1 - p_base))).sum(axis=1)
-        cross = 0.5 * (ua**2 + ub**2) * p_can - (0.5 * (ua + ub))**2 * p_can**2
-        np.fill_diagonal(cross, 0.0)
-        var = np.maximum(var + cross.sum(axis=1), 1e-300)
-        return _mixture_llr(y, p_can, centre + w, centre - w, var)
+        mid = 0.5 * (a + b)
+        expected = p_base @ g + p_can @ mid
+        rows = [g * np.sqrt(p_base * (1 - p_base))[:, None], a * np.sqrt(0.5 * p_can)[:, None]]
+        if k.view == "record":
+            rows.append(b * np.sqrt(0.5 * p_can)[:, None])
+        G = np.concatenate(rows)  # [R, P]
+        var = max(std**2, 1e-12 * float(np.mean(np.sum(G**2, axis=1))) + 1e-300)
+        d = a - b
+        gram = G @ G.T
+        gram[np.diag_indices_from(gram)] += var
+        solve = d - (np.linalg.solve(gram, G @ d.T)).T @ G  # [m, P]: var * S^-1 d_i
+        w = solve / var  # S^-1 d_i
+        s = np.sqrt(np.maximum(np.einsum("ij,ij->i", w, d), 1e-300))
+        t = (w @ (r - expected) + p_can * np.einsum("ij,ij->i", w, mid)) / s
+        mean_in, mean_out = np.einsum("ij,ij->i", w, a) / s, np.einsum("ij,ij->i", w, b) / s
+        return _mixture_llr(t, p_can, mean_in, mean_out, np.ones_like(t))
 
     def black_box(self, params) -> np.ndarray:
         """Minus the final model's MAML query loss on each canary's task (with the canary in)."""

@@ -18,7 +18,7 @@ from metadp.report import format_lower, format_upper
 __all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
 
 DEFECT_NAMES = ("low-noise", "no-clipping", "fixed-order")  # metadp.verify.canaries.DEFECTS (torch-free copy)
-RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--plant-defect", "--outer-lr")
+RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--plant-defect", "--outer-lr", "--hidden")
 
 
 def add_run_arguments(v, number) -> None:
@@ -32,6 +32,8 @@ def add_run_arguments(v, number) -> None:
                    "the run's guarantee is then void and the audit should flag it")
     v.add_argument("--outer-lr", type=number("--outer-lr", float), help="run: the meta-learning rate (default: "
                    "the algorithm's)")
+    v.add_argument("--hidden", type=number("--hidden", int), help="run: the sinusoid MLP's hidden width, 1-W-W-1 "
+                   "(default 40, the trainer's model)")
 
 
 def check_run_input(args) -> None:
@@ -64,6 +66,8 @@ def check_run_input(args) -> None:
     if population is None or not 2 <= args.canaries <= population // 2:
         raise ValueError(f"--canaries must be in [2, {(population or 0) // 2}] (at most half the plan's sampling."
                          f"population), got {args.canaries}")
+    if args.hidden is not None and not 1 <= args.hidden <= 4096:
+        raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
     if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and args.outer_lr > 0):
         raise ValueError(f"--outer-lr must be a finite number > 0, got {args.outer_lr:g}")
     if importlib.util.find_spec("torch") is None:
@@ -77,7 +81,8 @@ def run_audit_command(args) -> int:
     canaries = importlib.import_module("metadp.verify.canaries")
     result = canaries.run_canary_audit(args.loaded_plan, args.file, canaries=args.canaries, view=args.view or "task",
                                        defect=args.plant_defect, beta=args.alpha, seed=args.seed,
-                                       outer_lr=args.outer_lr)
+                                       outer_lr=args.outer_lr,
+                                       sizes=(1, args.hidden or 40, args.hidden or 40, 1))
     result["plan_file"] = args.plan
     if args.plot:
         plot_canary_audits([result], args.plot)

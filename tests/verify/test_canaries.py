@@ -41,7 +41,7 @@ def test_cli_run_json_and_refusals(tmp_path, capsys):
     plan.write_text('name = "a"\nunit = "task"\ndelta = 1e-5\nsteps = 4\n[sampling]\nscheme = "poisson"\n'
                     'population = 40\nbatch_size = 4\n[noise]\nmechanism = "gaussian"\nmultiplier = 1.0\n')
     assert main(["verify", "run", "dp-maml", "--plan", str(plan), "--data", "sinusoid", "--canaries", "10",
-                 "--json"]) == 0
+                 "--hidden", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "consistent" and out["bound"] == "lower" and out["certified"]["bound"] == "upper"
     for argv, flag in ((["--canaries", "30"], "--canaries"), (["--data", "glyphs"], "--data"),
@@ -53,3 +53,22 @@ def test_cli_run_json_and_refusals(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("metadp: error:") and flag in err[0]
     assert main(["verify", "gaussian", "--noise", "1", "--canaries", "5"]) == 2
     assert "--canaries" in capsys.readouterr().err
+
+
+AUDIT_PLAN = dict(population=200, batch=2, z=1.0, steps=300)  # examples/audit_sinusoid.toml
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("view,defect", [("task", None), ("record", None), ("task", "low-noise"),
+                                         ("task", "no-clipping"), ("task", "fixed-order")])
+def test_audit_plan_correct_runs_consistent_controls_flagged(view, defect):
+    """The README's audits (seed 0): the correct runs consistent, each planted defect flagged, with the
+    power the idealised game predicts for it (at least 0.9)."""
+    p = AUDIT_PLAN
+    r = run_canary_audit(_plan(p["population"], p["batch"], p["z"], p["steps"]), canaries=100, view=view,
+                         defect=defect, seed=0, beta=0.05, sizes=(1, 16, 16, 1))
+    if defect is None:
+        assert r["verdict"] == "consistent" and r["epsilon_lower"] <= r["certified"]["epsilon"]
+    else:
+        assert r["control"]["defect"] == defect and r["control"]["predicted_power"] >= 0.9
+        assert r["verdict"] == "VIOLATION" and r["epsilon_lower"] > r["certified"]["epsilon"]
