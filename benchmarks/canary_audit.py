@@ -19,7 +19,7 @@ from metadp.plan import load_plan
 from metadp.verify.canaries import run_canary_audit
 from metadp.verify.run_command import audit_table, plot_canary_audits
 
-PLAN = Path(__file__).resolve().parent.parent / "examples" / "audit_sinusoid.toml"
+PLAN = Path(__file__).resolve().parent / "audit_sinusoid.toml"
 RUNS = ("task:none", "record:none", "task:low-noise", "task:no-clipping", "task:fixed-order")
 
 
@@ -31,7 +31,7 @@ def main(path: str, runs) -> None:
         r = run_canary_audit(plan, canaries=100, view=view, defect=None if defect == "none" else defect, seed=0,
                              beta=0.05, sizes=(1, 16, 16, 1))
         r["seconds"] = round(time.time() - start, 1)
-        r["plan_file"] = "examples/audit_sinusoid.toml"
+        r["plan_file"] = "benchmarks/audit_sinusoid.toml"
         print(audit_table(r), f"\n[{r['seconds']} s]\n", flush=True)
         Path(f"{path}.{view}-{defect}.json").write_text(json.dumps(r, indent=1))
     found = [Path(f"{path}.{run.replace(':', '-')}.json") for run in RUNS]
