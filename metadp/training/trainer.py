@@ -121,7 +121,7 @@ def _warn(message: str) -> None:
 def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, out_dir, *,
           device: str = "cpu", progress: Optional[Callable[[int, float, float], None]] = None,
           resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
-          warn: Optional[Callable[[str], None]] = None, plan=None, engine=None) -> TrainResult:
+          warn: Optional[Callable[[str], None]] = None, plan=None, engine=None, audit=None) -> TrainResult:
     """Trains ``model`` on the task ``pool`` (``tasks.SinusoidPool`` or ``tasks.EpisodePool``).
 
     ``out_dir`` receives ``run.json`` (the configuration and ``setup``), one ``ledger-<view>.jsonl`` per
@@ -138,6 +138,13 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
     Otherwise an object with ``clipped_sum`` (the signature and result of this module's ``_clipped_sum``:
     e.g. ``metadp.integrations.flower``, whose clients compute them) and ``report_fields()`` (merged into
     ``privacy_report.json``); sampling, noise, ledgers, update, checkpoints and report stay this loop's.
+
+    ``audit``: test instrumentation of a canary audit (``metadp.verify.canaries``; never set by ``metadp
+    train``). An object with ``attach(run)`` (called once, before the first step: it may wrap
+    ``run.sampler``, e.g. to leave out the canaries the audit excluded), ``clipping(on)``,
+    ``release_std(std)`` and ``observe(step, params, release, std)`` (each release, after its noise and
+    before the update uses it). An honest audit returns ``on`` and ``std`` unchanged; the audit's planted
+    defects (its controls) change them, and such a run's guarantee is void (its report says so).
 
     Every refusal comes before anything is written: the configuration's (no guarantee to budget, a
     budget that does not cover one release), an output path that cannot be a folder, a folder that holds
@@ -169,8 +176,11 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
                 history.append({"config": stored["config"], "releases_before": state.releases, "until": time.time()})
             run_folder.write_run_file(out, dict(record, history=history))
         run.open_ledgers(out, resume)
+        if audit is not None:
+            audit.attach(run)
         try:
-            return _loop(model, pool, loss_fn, c, out, run, device, progress, resume, engine)
+            return _loop(model, pool, loss_fn, c, out, run, device, progress, resume, engine,
+                         _UNAUDITED if audit is None else audit)
         finally:
             run.close()
 
@@ -193,8 +203,27 @@ def check_run(pool, config: TrainConfig, out_dir, *, device: str = "cpu", resume
     _prepared(pool, config, out_dir, device, resume, resume_changed, setup, plan, None)
 
 
+class _Unaudited:
+    """What ``_loop`` asks an audit, when there is none: every value as the run computed it."""
+
+    @staticmethod
+    def clipping(on: bool) -> bool:
+        return on
+
+    @staticmethod
+    def release_std(std: float) -> float:
+        return std
+
+    @staticmethod
+    def observe(step, params, release, std) -> None:
+        return None
+
+
+_UNAUDITED = _Unaudited()
+
+
 def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, progress, resume,
-          engine=None) -> TrainResult:
+          engine=None, audit=_UNAUDITED) -> TrainResult:
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
     alg = c.family
     contribution = contribution_of(alg)
@@ -231,13 +260,14 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
                     break
             detached = {k: v.detach() for k, v in params.items()}
             threshold = run.policy.threshold
-            clipping = central and math.isfinite(threshold) and c.bounded
+            clipping = audit.clipping(central and math.isfinite(threshold) and c.bounded)
             total, norms, task_losses = clipped_sum(alg, model, detached, tasks, rows, weights, loss_fn, c, run,
                                                     contribution, threshold if clipping else None,
                                                     central and c.clip_policy == "raw-percentile")
-            std = alg.release_std(c, threshold, z_sum)
+            std = audit.release_std(alg.release_std(c, threshold, z_sum))
             # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
             total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
+            audit.observe(done, detached, total, std)
             count = None
             if quantile:
                 unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights

@@ -12,7 +12,9 @@
 * ``crosscheck``: metadp's accountants against dp-accounting and prv-accountant on one plan;
 * ``enumeration`` and ``multistage_findings``: exact enumeration of multistage subsampling (Example 3.1),
   with the exact mixture divergences of ``mixture_divergence``;
-* ``plot``: claimed vs empirical profile (matplotlib, the ``plot`` extra).
+* ``plot``: claimed vs empirical profile (matplotlib, the ``plot`` extra);
+* ``one_run`` and ``canaries``: one-run canary audits of a real training run (Steinke, Nasr & Jagielski
+  2023, arXiv:2305.08846), ``metadp verify run`` (``run_command``; the run needs torch).
 
 ``metadp verify`` (``command``) is the command-line front end.
 """

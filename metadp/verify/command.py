@@ -33,6 +33,7 @@ from metadp.verify.claims import accountant_profile, tightest_accountant
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
 from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
+from metadp.verify.run_command import add_run_arguments, check_run_input, run_audit_command
 from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
 __all__ = ["add_verify_parser", "run_verify"]
@@ -47,6 +48,8 @@ _EXAMPLES = ("examples (each well under a minute on 2 cores):\n"
              "  metadp verify poisson --rate 0.5 --noise 1 --steps 3 --epsilons 0.5,1\n"
              "  metadp verify plan examples/dp_fedmeta_one_pass_shuffle.toml --samples 100000\n"
              "  metadp verify --crosscheck examples/dp_sgd_mnist.toml\n"
+             "  metadp verify run dp-maml --plan benchmarks/audit_sinusoid.toml --data sinusoid --canaries 100 --hidden 16\n"
+             "      (trains the real run with canaries; --plant-defect low-noise: a control it must flag)\n"
              "  metadp verify --crosscheck examples/dp_sgd_mnist_dp_event.json --delta 1e-5   (a dp-accounting event)\n\n"
              "exit status: 0 consistent (no violation found, with at least the draws the planner needs for\n"
              "  --power); 1 VIOLATION (or --crosscheck: the libraries disagree); 2 bad input; 3 inconclusive\n"
@@ -60,6 +63,7 @@ _MECHANISM_FLAGS = {"--noise": ("gaussian", "poisson"), "--claim-noise": ("gauss
                     "--scale": ("laplace",), "--claim-scale": ("laplace",), "--epsilon": ("dp-pix",),
                     "--claim-epsilon": ("dp-pix",), "--cell": ("dp-pix",), "--m": ("dp-pix",),
                     "--partial-cell": ("dp-pix",), "--rate": ("poisson",), "--steps": ("poisson",)}
+_DEFAULTS = {"samples": 1_000_000, "power": 0.9}
 _POSITIVE = ("--noise", "--claim-noise", "--scale", "--claim-scale", "--epsilon", "--claim-epsilon")
 
 
@@ -67,10 +71,11 @@ def add_verify_parser(sub, number, formatter) -> None:
     """Adds the ``verify`` subcommand to the CLI's subparsers (``number(flag, kind)`` parses numbers)."""
     v = sub.add_parser("verify", help="audit a claimed privacy profile on the mechanism's samples, or cross-check a plan",
                        epilog=_EXAMPLES, formatter_class=formatter)
-    v.add_argument("mechanism", nargs="?", choices=("gaussian", "laplace", "dp-pix", "poisson", "plan"),
+    v.add_argument("mechanism", nargs="?", choices=("gaussian", "laplace", "dp-pix", "poisson", "plan", "run"),
                    help="the mechanism to run (true parameters below; the claim defaults to the same), or 'plan FILE': "
-                        "the plan's sampled, composed pipeline with a canary against the plan's certified profile")
-    v.add_argument("file", nargs="?", help="plan: the TOML plan file")
+                        "the plan's sampled, composed pipeline with a canary against the plan's certified profile, or "
+                        "'run ALGO': train ALGO on --plan with --canaries and audit the real run (one-run audit)")
+    v.add_argument("file", nargs="?", help="plan: the TOML plan file; run: the algorithm (dp-maml, dp-agr)")
     v.add_argument("--crosscheck", metavar="PLAN", help="run every accountant and library on a plan file (.toml) or a "
                    "dp-accounting event (.json, its named-tuple form; needs --delta) and compare")
     v.add_argument("--delta", type=number("--delta", float), help="--crosscheck EVENT.json: the delta to compare at")
@@ -110,6 +115,7 @@ def add_verify_parser(sub, number, formatter) -> None:
                    help="run an audit estimated to take over an hour (refused otherwise)")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.add_argument("--quiet", action="store_true", help="no plan line and no progress bar")
+    add_run_arguments(v, number)
 
 
 def _epsilons(text: str) -> List[float]:
@@ -129,6 +135,19 @@ def _epsilons(text: str) -> List[float]:
 
 def _check_input(args) -> None:
     """Every check that needs no sampling, before anything runs (ValueError naming the flag)."""
+    check_run_input(args)
+    if args.mechanism == "run":
+        _check_plot(args)
+        for flag, value, ok, allowed in (("--alpha", args.alpha, lambda x: 0 < x < 1, "in (0, 1)"),
+                                         ("--seed", args.seed, lambda x: x >= 0, ">= 0")):
+            if not (math.isfinite(value) and ok(value)):
+                raise ValueError(f"{flag} must be {allowed}, got {value:g}")
+        for flag in ("--samples", "--power", "--violation", "--epsilons", "--force-long", "--crosscheck"):
+            name = flag[2:].replace("-", "_")
+            given = getattr(args, name)
+            if given not in (None, False) and given != _DEFAULTS.get(name):
+                raise ValueError(f"{flag} does not apply to metadp verify run (it trains once and plays the guessing game)")
+        return
     if args.file and args.mechanism != "plan":
         raise ValueError(f"a file argument goes with 'metadp verify plan FILE', not with {args.mechanism or '--crosscheck'}")
     if args.crosscheck and args.mechanism:
@@ -348,4 +367,6 @@ def run_verify(args) -> int:
                  else crosscheck_plan(args.crosscheck))
         print(json.dumps(table.to_dict(), indent=2) if args.json else table.to_table())
         return {"all agree": 0, "DISAGREEMENT": 1}.get(table.verdict, 3)
+    if args.mechanism == "run":
+        return run_audit_command(args)
     return _audit_command(args)

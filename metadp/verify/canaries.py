@@ -1,0 +1,394 @@
+"""Auditing a real training run with canaries in one run (issue 20): ``metadp verify run``.
+
+The trainer itself (``metadp.training.trainer.train``, a plan run or its flag form) trains on a pool
+holding m canaries, each included independently with probability 1/2 (Steinke, Nasr & Jagielski 2023,
+arXiv:2305.08846):
+
+* task level: a canary is a whole task (a sinusoid of amplitude ``amplitude``, far above the pool's
+  0.1-5, so its meta-gradient is clipped at C); an excluded canary is absent (its slot is never
+  sampled: removal under add/remove);
+* record level: a canary is one support record (x, y = +-``amplitude``) inside one host task of the
+  pool; excluded, the host keeps its own point there. The record view bounds any change of one record
+  (its task's clipped contribution moves by at most 2C whenever sampled), so the game is covered.
+
+Scores, after training:
+
+* white box (Nasr et al. 2023, arXiv:2302.07956, gradient-space auditing): at every step the audit
+  sees the release R_t (the noisy sum, recorded as the trainer makes it) and the parameters it was
+  computed at. For each canary it computes the clipped contribution with the canary in (a_i) and out
+  (b_i; 0 for a task), and for every other row of the pool its clipped contribution; it subtracts the
+  release's expectation given what it knows (each row times its sampling probability; a canary's
+  (a + b) / 2), projects onto u_i = (a_i - b_i) / |a_i - b_i| and adds the log-likelihood ratio of
+  "in" against "out" of that projection under the step's sampling law: a Gaussian mixture with the
+  noise and the other rows' sampling variance along u_i. Summed over steps.
+* black box: minus the final model's MAML query loss on the canary's task.
+
+``guess_and_bound`` (``metadp.verify.one_run``) turns the scores into the empirical epsilon lower bound
+at confidence 1 - beta, compared with the run's certified epsilon for the view: ``consistent`` when no
+test rejects it, ``VIOLATION`` otherwise.
+
+Controls (``defect``; planted only here, through the trainer's ``audit`` instrumentation, and each
+says in the report that it is a control, whose guarantee is void): ``low-noise`` (the noise 5x below
+what the ledger records), ``no-clipping`` (contributions summed unclipped), ``fixed-order`` (Poisson
+sampling replaced by a fixed cyclic order of the pool, ``expected batch`` tasks a step, known to the
+auditor). Supported: Poisson task sampling (a plan's ``sampling.scheme = "poisson"``) on ``sinusoid``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+from metadp.plan import Plan
+from metadp.report import format_lower, format_upper
+from metadp.training import functional as F
+from metadp.training import models
+from metadp.training.contributions import resolve as contribution_of
+from metadp.training.plan_run import plan_settings
+from metadp.training.tasks import SinusoidPool
+from metadp.training.trainer import TrainConfig, stream_seed, train
+from metadp.training import algorithms
+from metadp.verify.one_run import guess_and_bound, simulated_power
+
+__all__ = ["DEFECTS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR"]
+
+NOISE_FACTOR = 5.0
+DEFECTS = {
+    "low-noise": f"the noise is {NOISE_FACTOR:g}x below what the ledger records",
+    "no-clipping": "per-task contributions are summed without clipping",
+    "fixed-order": "Poisson sampling replaced by a fixed cyclic order of the pool (known to the auditor)",
+}
+VIEWS = ("task", "record")
+CITATION = ("Steinke, Nasr & Jagielski 2023, Privacy Auditing with One (1) Training Run, arXiv:2305.08846 (main "
+            "theorem and Algorithm 2); white-box gradient scores after Nasr et al. 2023, arXiv:2302.07956")
+
+
+def _mse(out, y):
+    return ((out - y) ** 2).mean()
+
+
+class _Pool:
+    """The audit's task pool: the sinusoid tasks of ``SinusoidPool`` with the canary rows rewritten."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, k_support: int):
+        self._x, self._y, self.k_support = x, y, k_support
+        self.size = x.shape[0]
+        self.device = x.device
+
+    batch = SinusoidPool.batch
+    joint_batch = SinusoidPool.joint_batch
+    record_ids = SinusoidPool.record_ids
+    record_multiplicity = SinusoidPool.record_multiplicity
+
+    @property
+    def query_per_task(self) -> int:
+        return self._x.shape[1] - self.k_support
+
+
+@dataclasses.dataclass
+class _Canaries:
+    """The pool as trained (``pool``), with every canary in (``pool_in``) and out (``pool_out``), and the
+    canary rows (the pool's last m) and which are included."""
+
+    pool: _Pool
+    pool_in: _Pool
+    pool_out: _Pool
+    rows: torch.Tensor
+    included: np.ndarray
+    view: str
+
+
+def _canaries(population: int, m: int, view: str, amplitude: float, seed: int) -> _Canaries:
+    base = SinusoidPool(population, 10, 10, seed=seed)
+    x, y = base._x.clone(), base._y.clone()
+    g = torch.Generator().manual_seed(stream_seed(seed, "canaries"))
+    rows = torch.arange(population - m, population)
+    included = (torch.rand(m, generator=g, dtype=torch.float64) < 0.5).numpy()
+    x_in, y_in = x.clone(), y.clone()
+    if view == "task":  # a whole task: a sinusoid of large amplitude (its meta-gradient is clipped at C)
+        phase = math.pi * torch.rand(m, 1, 1, generator=g, dtype=torch.float64)
+        xs = -5.0 + 10.0 * torch.rand(m, x.shape[1], 1, generator=g, dtype=torch.float64)
+        x_in[rows], y_in[rows] = xs.float(), (amplitude * torch.sin(xs - phase)).float()
+        x_out, y_out = x_in, y_in  # an excluded canary task is never sampled (``_Sampler``)
+    else:  # one support record of a host task: (x, +-amplitude)
+        xc = -5.0 + 10.0 * torch.rand(m, generator=g, dtype=torch.float64)
+        sign = torch.where(torch.rand(m, generator=g) < 0.5, -1.0, 1.0)
+        x_in[rows, 0, 0], y_in[rows, 0, 0] = xc.float(), (amplitude * sign).float()
+        x_out, y_out = x, y
+    keep = torch.as_tensor(included)
+    x_run, y_run = x_out.clone(), y_out.clone()
+    x_run[rows[keep]], y_run[rows[keep]] = x_in[rows[keep]], y_in[rows[keep]]
+    return _Canaries(_Pool(x_run, y_run, 10), _Pool(x_in, y_in, 10), _Pool(x_out, y_out, 10), rows, included, view)
+
+
+class _Sampler:
+    """The run's Poisson sampler, with excluded canary tasks left out (task level), or (control
+    ``fixed-order``) a fixed cyclic order of ``batch`` rows a step. ``probabilities`` is the sampling law
+    of this step's rows as the auditor knows it."""
+
+    def __init__(self, inner, absent: torch.Tensor, batch: Optional[int]):
+        self.inner, self.absent, self.batch, self._step = inner, absent, batch, 0
+        n = absent.numel()
+        self.probabilities = torch.full((n,), float(inner.rate), dtype=torch.float64)
+
+    def sample(self) -> torch.Tensor:
+        if self.batch is None:
+            mask = self.inner.sample()
+        else:
+            n = self.absent.numel()
+            rows = (self._step * self.batch + torch.arange(self.batch)) % n
+            mask = torch.zeros(n, dtype=torch.bool)
+            mask[rows] = True
+            self.probabilities = mask.to(torch.float64)
+        self._step += 1
+        return mask & ~self.absent
+
+    def state_dict(self):
+        return dict(self.inner.state_dict(), audit_step=self._step)
+
+    def load_state_dict(self, state):
+        self._step = state.get("audit_step", 0)
+        self.inner.load_state_dict(state)
+
+
+class CanaryAudit:
+    """The trainer's ``audit`` instrumentation (``train(..., audit=...)``): leaves out excluded canaries,
+    plants ``defect`` (a control, or None), and scores the canaries on every release (module docstring)."""
+
+    def __init__(self, canaries: _Canaries, model, loss_fn, config: TrainConfig, defect: Optional[str]):
+        if defect is not None and defect not in DEFECTS:
+            raise ValueError(f"defect must be one of {sorted(DEFECTS)} or None, got {defect!r}")
+        self.k, self.model, self.loss_fn, self.c, self.defect = canaries, model, loss_fn, config, defect
+        m = canaries.rows.numel()
+        self.scores = np.zeros(m)
+        self.steps = 0
+        self.sampler = None
+
+    # -- the trainer's hooks ---------------------------------------------------------------------
+    def attach(self, run) -> None:
+        if not hasattr(run.sampler, "rate") or not hasattr(run.sampler, "pool_size"):
+            raise ValueError("the canary audit runs Poisson task sampling (sampling.scheme = 'poisson')")
+        absent = torch.zeros(run.sampler.pool_size, dtype=torch.bool)
+        if self.k.view == "task":
+            absent[self.k.rows[torch.as_tensor(~self.k.included)]] = True
+        batch = max(1, round(run.expected)) if self.defect == "fixed-order" else None
+        self.sampler = run.sampler = _Sampler(run.sampler, absent, batch)
+        self.threshold = run.policy.threshold
+
+    def clipping(self, on: bool) -> bool:
+        return False if self.defect == "no-clipping" else on
+
+    def release_std(self, std: float) -> float:
+        return std / NOISE_FACTOR if self.defect == "low-noise" else std
+
+    def observe(self, step, params, release, std) -> None:
+        self.steps += 1
+        self.scores += self._step_llr(params, release, std)
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def _flat(self, pool: _Pool, rows: torch.Tensor, params) -> np.ndarray:
+        alg = self.c.family
+        grads, _ = contribution_of(alg)(alg, self.model, params, pool, rows, self.loss_fn, self.c, None)
+        if self.defect != "no-clipping" and math.isfinite(self.threshold):
+            grads, _ = F.clip(grads, self.threshold, self.c.clip_mode)
+        return torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1).double().numpy()
+
+    def _step_llr(self, params, release, std) -> np.ndarray:
+        """Each canary's log-likelihood ratio, in against out, of this release (module docstring).
+
+        The statistic is the whitened (Fisher linear discriminant) projection t_i = d_i' S^-1 (R - E + p_i (a_i +
+        b_i) / 2), d_i = a_i - b_i, with S = sigma^2 I + sum_r w_r c_r c_r' the covariance of the noise and
+        of the other rows' sampling (base rows: w = p (1 - p); canaries: a and b each with weight p / 2),
+        applied by Woodbury's identity; standardised by s_i = sqrt(d_i' S^-1 d_i), it is N(0, 1) when the
+        canary is not sampled, shifted by a_i' S^-1 d_i / s_i (in) or b_i' S^-1 d_i / s_i (out) when it is."""
+        k = self.k
+        n = k.pool.size
+        canary = torch.zeros(n, dtype=torch.bool)
+        canary[k.rows] = True
+        base_rows = torch.nonzero(~canary).flatten()
+        probs = self.sampler.probabilities.numpy()
+        p_base, p_can = probs[base_rows.numpy()], probs[k.rows.numpy()]
+        g = self._flat(k.pool, base_rows, params)  # [N - m, P]
+        a = self._flat(k.pool_in, k.rows, params)  # [m, P]
+        b = self._flat(k.pool_out, k.rows, params) if k.view == "record" else np.zeros_like(a)
+        r = torch.cat([v.reshape(-1) for v in release.values()]).double().numpy()
+        mid = 0.5 * (a + b)
+        expected = p_base @ g + p_can @ mid
+        rows = [g * np.sqrt(p_base * (1 - p_base))[:, None], a * np.sqrt(0.5 * p_can)[:, None]]
+        if k.view == "record":
+            rows.append(b * np.sqrt(0.5 * p_can)[:, None])
+        G = np.concatenate(rows)  # [R, P]
+        var = max(std**2, 1e-12 * float(np.mean(np.sum(G**2, axis=1))) + 1e-300)
+        d = a - b
+        gram = G @ G.T
+        gram[np.diag_indices_from(gram)] += var
+        solve = d - (np.linalg.solve(gram, G @ d.T)).T @ G  # [m, P]: var * S^-1 d_i
+        w = solve / var  # S^-1 d_i
+        s = np.sqrt(np.maximum(np.einsum("ij,ij->i", w, d), 1e-300))
+        t = (w @ (r - expected) + p_can * np.einsum("ij,ij->i", w, mid)) / s
+        mean_in, mean_out = np.einsum("ij,ij->i", w, a) / s, np.einsum("ij,ij->i", w, b) / s
+        return _mixture_llr(t, p_can, mean_in, mean_out, np.ones_like(t))
+
+    def black_box(self, params) -> np.ndarray:
+        """Minus the final model's MAML query loss on each canary's task (with the canary in)."""
+        k, c = self.k, self.c
+        _, losses = F.per_task_meta_grads_and_losses(self.model, params, k.pool_in.batch(k.rows), self.loss_fn,
+                                                     c.inner_steps, c.inner_lr, c.first_order)
+        return -losses.double().numpy()
+
+
+def _mixture_llr(y, p, mean_in, mean_out, var) -> np.ndarray:
+    """log of [(1-p) N(y; 0, var) + p N(y; mean_in, var)] / [(1-p) N(y; 0, var) + p N(y; mean_out, var)]."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # p = 0 or 1: log 0 = -inf, and -inf - -inf where p = 0
+        log_rest, log_p = np.log1p(-p), np.log(p)
+        zero = log_rest - y**2 / (2 * var)
+        num = np.logaddexp(zero, log_p - (y - mean_in) ** 2 / (2 * var))
+        den = np.logaddexp(zero, log_p - (y - mean_out) ** 2 / (2 * var))
+        return np.where(p > 0, num - den, 0.0)
+
+
+def _certified(report: dict, view: str):
+    """(epsilon, accountant) of ``view`` in a run's ``privacy_report.json`` (None: no such guarantee)."""
+    if report.get("unit") == view and report.get("epsilon") is not None:
+        return float(report["epsilon"]), report.get("accountant")
+    for other in report.get("other_units", ()):
+        if other.get("unit") == view and other.get("epsilon") is not None:
+            return float(other["epsilon"]), other.get("accountant")
+    for v in report.get("views", ()):
+        if v.get("view") == view and v.get("epsilon") is not None:
+            return float(v["epsilon"]), v.get("accountant")
+    return None, None
+
+
+def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Optional[float], inner_lr: float,
+            seed: int, first_order: bool) -> TrainConfig:
+    alg = algorithms.get(algorithm)
+    settings = plan_settings(plan, alg)
+    return TrainConfig(algorithm=algorithm, **settings, inner_steps=1, inner_lr=inner_lr,
+                       outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, first_order=first_order,
+                       clip=clip, seed=seed, checkpoint_every=max(1, plan.steps))
+
+
+def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, view: str = "task",
+                     defect: Optional[str] = None, beta: float = 0.05, amplitude: float = 50.0, clip: float = 1.0,
+                     outer_lr: Optional[float] = None, seed: int = 0, out_dir=None, first_order: bool = True,
+                     sizes=(1, 40, 40, 1), power_runs: int = 200) -> Dict:
+    """Trains ``plan`` with ``canaries`` canaries (module docstring) and audits the run.
+
+    Task view: the plan run itself (``train(..., plan=plan)``). Record view: the same sampling, noise and
+    steps as the trainer's flag form (``plan=None``, ``unit='record'``), whose record view the run
+    certifies (a plan without [[hierarchy]] has no record-level bound of its own).
+
+    Returns:
+        The audit's report (JSON-ready): the run's certified epsilon for the view (upper bound), every
+        scorer's best test, the empirical lower bound at confidence 1 - beta, the verdict, and for a
+        control the planted defect and the power the idealised game predicts.
+
+    Raises:
+        ValueError: on a plan or settings the audit does not support, before training.
+    """
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+    if defect is not None and defect not in DEFECTS:
+        raise ValueError(f"defect must be one of {sorted(DEFECTS)}, got {defect!r}")
+    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
+        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
+                         f"sampling.scheme = '{plan.sampling.scheme}'")
+    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
+        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
+                         "clip (no count_noise)")
+    population = plan.sampling.population
+    if not (2 <= canaries <= population // 2):
+        raise ValueError(f"--canaries must be in [2, {population // 2}] (half the plan's {population} tasks), "
+                         f"got {canaries}")
+    alg = algorithms.get(algorithm)
+    if not (alg.private and alg.central_clip):
+        raise ValueError(f"the canary audit runs dp-maml or dp-agr (one noisy sum of clipped tasks a step), got "
+                         f"{algorithm}")
+    k = _canaries(population, canaries, view, amplitude, seed)
+    config = _config(plan, algorithm, view, clip=clip, outer_lr=outer_lr, inner_lr=0.01, seed=seed,
+                     first_order=first_order)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, "model"))
+        model = models.MLP(tuple(sizes))
+    audit = CanaryAudit(k, model, _mse, config, defect)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
+        if view == "task":
+            result = train(model, k.pool, _mse, config, out, plan=plan, audit=audit)
+        else:
+            flags = dataclasses.replace(config, sampler="poisson", unit="record")
+            result = train(model, k.pool, _mse, flags, out, audit=audit)
+    report = result.report
+    certified, accountant = _certified(report, view)
+    scores = {"white-box": audit.scores, "black-box": audit.black_box(result.params)}
+    tests, family = guess_and_bound(scores, k.included, beta=beta, delta=plan.delta, claimed_epsilon=certified)
+    level = beta / family
+    flagged = certified is not None and any(t.p_value_at_claim < level for t in tests)
+    lower = max(t.epsilon_lower for t in tests)
+    out = {
+        "audit": "one-run canary audit of a training run", "method": CITATION, "algorithm": algorithm,
+        "plan": plan.name, "data": "sinusoid", "view": view, "canaries": canaries,
+        "canaries_included": int(k.included.sum()), "steps": audit.steps, "confidence": 1 - beta,
+        "tests": family, "delta": plan.delta,
+        "certified": {"epsilon": certified, "epsilon_display": None if certified is None else format_upper(certified),
+                      "bound": "upper", "unit": view, "accountant": accountant,
+                      "relation": "add_remove"},
+        "epsilon_lower": lower, "epsilon_lower_display": format_lower(lower), "bound": "lower",
+        "scorers": [t.to_dict() for t in tests],
+        "verdict": "VIOLATION" if flagged else "consistent",
+        "control": None if defect is None else {
+            "defect": defect, "what": DEFECTS[defect],
+            "note": "a CONTROL: a defect was planted on purpose; this run's certified epsilon does not hold, and the "
+                    "audit should flag it"},
+    }
+    if defect is not None and certified is not None:
+        out["control"]["predicted_power"] = predicted_power(plan, config, k, defect, certified, beta=beta,
+                                                            runs=power_runs, seed=seed,
+                                                            canary_norm=_canary_norm(audit, model))
+    return out
+
+
+def _canary_norm(audit: CanaryAudit, model) -> float:
+    """Median norm of the canaries' contributions at the initial model (unclipped for ``no-clipping``)."""
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    a = audit._flat(audit.k.pool_in, audit.k.rows, params)
+    return float(np.median(np.linalg.norm(a, axis=1)))
+
+
+def predicted_power(plan: Plan, config: TrainConfig, canaries: _Canaries, defect: str, certified: float, *,
+                    beta: float, runs: int, seed: int, canary_norm: float) -> float:
+    """The probability that the game flags ``certified`` in the idealised canary mechanism of ``defect``:
+    each canary's per-step projection is its shift (C; the unclipped norm at the initial model without
+    clipping) when sampled plus N(0, sigma^2) with the noise as applied, scored by the same likelihood
+    ratio; other rows' contributions are ignored (they only add variance: the run's power is at most
+    this)."""
+    steps, z = plan.steps, config.noise_multiplier
+    q = plan.sampling.expected_batch / plan.sampling.population
+    C = config.clip
+    sigma = z * C / (NOISE_FACTOR if defect == "low-noise" else 1.0)
+    shift = canary_norm if defect == "no-clipping" else C
+    m = canaries.rows.numel()
+    n = plan.sampling.population
+    batch = max(1, round(q * n))
+
+    cover = np.arange(steps) * batch  # step t of the cyclic order takes rows cover[t], ..., cover[t] + batch - 1 (mod n)
+
+    def scores(count, rng, present):
+        if defect == "fixed-order":  # the auditor scores the steps that hold the canary's slot
+            slots = rng.integers(0, n, count)
+            hits = (((slots[:, None] - cover[None, :]) % n) < batch).sum(axis=1)
+            total = rng.standard_normal(count) * sigma * np.sqrt(hits) + (shift * hits if present else 0.0)
+            return (shift * total - 0.5 * shift**2 * hits) / sigma**2
+        sampled = rng.random((count, steps)) < q
+        x = rng.standard_normal((count, steps)) * sigma + (shift * sampled if present else 0.0)
+        return _mixture_llr(x, np.full(x.shape, q), shift, 0.0, sigma**2).sum(axis=1)
+
+    return simulated_power(lambda c, rng: scores(c, rng, True), lambda c, rng: scores(c, rng, False), m, certified,
+                           beta=beta, delta=plan.delta, scorers=2, runs=runs, seed=seed)

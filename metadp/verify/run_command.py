@@ -1,0 +1,151 @@
+"""``metadp verify run ALGO --plan FILE --data NAME --canaries M``: audit a real training run with canaries
+(``metadp.verify.canaries``; torch, loaded only when the command runs). Exit status: 0 consistent,
+1 VIOLATION (the empirical lower bound exceeds the run's certified epsilon; for a ``--plant-defect``
+control, that is the control being caught), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+from metadp.plan import load_plan
+from metadp.report import format_lower, format_upper
+
+__all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
+
+DEFECT_NAMES = ("low-noise", "no-clipping", "fixed-order")  # metadp.verify.canaries.DEFECTS (torch-free copy)
+RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--plant-defect", "--outer-lr", "--hidden")
+
+
+def add_run_arguments(v, number) -> None:
+    v.add_argument("--plan", metavar="FILE", help="run: the plan file the audited run trains (Poisson task sampling)")
+    v.add_argument("--data", help="run: the data set (sinusoid)")
+    v.add_argument("--canaries", type=number("--canaries", int), help="run: M canaries, each included with "
+                   "probability 1/2 (a whole task at --view task, one record inside a task at --view record)")
+    v.add_argument("--view", choices=("task", "record"), help="run: the privacy unit audited (default task)")
+    v.add_argument("--plant-defect", choices=DEFECT_NAMES, help="run: a CONTROL, for testing the audit: plant a "
+                   "defect (noise 5x below the ledger's, clipping off, a fixed order instead of Poisson sampling); "
+                   "the run's guarantee is then void and the audit should flag it")
+    v.add_argument("--outer-lr", type=number("--outer-lr", float), help="run: the meta-learning rate (default: "
+                   "the algorithm's)")
+    v.add_argument("--hidden", type=number("--hidden", int), help="run: the sinusoid MLP's hidden width, 1-W-W-1 "
+                   "(default 40, the trainer's model)")
+
+
+def check_run_input(args) -> None:
+    """Refusals of ``metadp verify run`` that need no training (ValueError naming the flag)."""
+    if args.mechanism != "run":
+        for flag in RUN_FLAGS:
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise ValueError(f"{flag} applies to metadp verify run, not to {args.mechanism or '--crosscheck'}")
+        return
+    algorithms = ("dp-maml", "dp-agr")
+    if args.file not in algorithms:
+        raise ValueError(f"metadp verify run needs an algorithm: one of {', '.join(algorithms)} (e.g. metadp verify run "
+                         f"dp-maml --plan FILE --data sinusoid --canaries 100), got {args.file!r}")
+    for flag in ("--plan", "--data", "--canaries"):
+        if getattr(args, flag[2:]) is None:
+            raise ValueError(f"{flag} is required for metadp verify run")
+    if args.data != "sinusoid":
+        raise ValueError(f"--data must be sinusoid for metadp verify run (the canary tasks are sinusoids), got "
+                         f"{args.data!r}")
+    if not Path(args.plan).is_file():
+        raise ValueError(f"--plan {args.plan!r}: no such file")
+    try:
+        plan = load_plan(Path(args.plan))
+    except ValueError as err:
+        raise ValueError(f"--plan: {err}") from None
+    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
+        raise ValueError(f"--plan: metadp verify run audits Poisson task sampling without [[hierarchy]] levels, got "
+                         f"sampling.scheme = '{plan.sampling.scheme}'")
+    population = plan.sampling.population
+    if population is None or not 2 <= args.canaries <= population // 2:
+        raise ValueError(f"--canaries must be in [2, {(population or 0) // 2}] (at most half the plan's sampling."
+                         f"population), got {args.canaries}")
+    if args.hidden is not None and not 1 <= args.hidden <= 4096:
+        raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
+    if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and args.outer_lr > 0):
+        raise ValueError(f"--outer-lr must be a finite number > 0, got {args.outer_lr:g}")
+    if importlib.util.find_spec("torch") is None:
+        raise ValueError('metadp verify run trains a model: install torch (pip install torch==2.13.0, then '
+                         '"metadp[train]")')
+    args.loaded_plan = plan
+
+
+def run_audit_command(args) -> int:
+    """Trains, audits and prints (table or ``--json``; ``--plot``); returns the exit status."""
+    canaries = importlib.import_module("metadp.verify.canaries")
+    result = canaries.run_canary_audit(args.loaded_plan, args.file, canaries=args.canaries, view=args.view or "task",
+                                       defect=args.plant_defect, beta=args.alpha, seed=args.seed,
+                                       outer_lr=args.outer_lr,
+                                       sizes=(1, args.hidden or 40, args.hidden or 40, 1))
+    result["plan_file"] = args.plan
+    if args.plot:
+        plot_canary_audits([result], args.plot)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(audit_table(result))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 1 if result["verdict"] == "VIOLATION" else 0
+
+
+def audit_table(r: dict) -> str:
+    """The audit as text: the certified upper bound beside the empirical lower bound (rounded down)."""
+    cert = r["certified"]
+    lines = [f"one-run canary audit of metadp train {r['algorithm']} --plan {r.get('plan_file', r['plan'])} "
+             f"({r['view']} level)"]
+    if r["control"] is not None:
+        c = r["control"]
+        lines.append(f"  CONTROL: planted defect '{c['defect']}' ({c['what']}); the certified epsilon below does not "
+                     "hold for this run")
+    lines += [f"  canaries      {r['canaries']:,} ({r['canaries_included']:,} included, each with probability 1/2), "
+              f"{r['steps']:,} steps",
+              f"  certified     epsilon <= {cert['epsilon_display'] or 'none'} (upper bound, {str(cert['accountant']).upper()}) "
+              f"at delta = {r['delta']:g}",
+              f"  empirical     epsilon >= {r['epsilon_lower_display']} (lower bound at confidence {r['confidence']:g}, "
+              f"rounded down; {r['tests']} tests, Bonferroni)"]
+    for s in r["scorers"]:
+        lines.append(f"    {s['scorer']:<10} {s['correct']}/{s['guesses']} guesses correct (top and bottom {s['k']}): "
+                     f"epsilon >= {format_lower(s['epsilon_lower'])}")
+    if r["control"] is not None and "predicted_power" in r["control"]:
+        lines.append(f"  predicted power to flag this control: {r['control']['predicted_power']:.2f} (idealised game)")
+    verdict = r["verdict"]
+    if r["control"] is not None:
+        verdict += " (control caught)" if verdict == "VIOLATION" else " (control MISSED)"
+    lines.append(f"verdict: {verdict}")
+    lines.append(f"method: {r['method']}")
+    return "\n".join(lines)
+
+
+def plot_canary_audits(results, path, title: str = "One-run canary audits of real training runs") -> None:
+    """Certified epsilon (upper bound) and the empirical lower bound of each audit, one row each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.55 * len(results)))
+    for i, r in enumerate(results):
+        ax.barh(i, r["epsilon_lower"], color="tab:red" if r["verdict"] == "VIOLATION" else "tab:green", alpha=0.7,
+                label="empirical lower bound" if i == 0 else None)
+        if r["certified"]["epsilon"] is not None:
+            ax.plot([r["certified"]["epsilon"]] * 2, [i - 0.4, i + 0.4], color="k", lw=2,
+                    label="certified upper bound" if i == 0 else None)
+        ax.text(max(r["epsilon_lower"], 0) + 0.05, i, f"{r['verdict']}", va="center", fontsize=8)
+        ax.set_yticks(range(len(results)), [
+            f"{r['view']}: " + (f"control {r['control']['defect']}" if r["control"] else "correct run")
+            for r in results])
+    if max((r["certified"]["epsilon"] or 0) for r in results) > 10:  # a record bound beside task bounds
+        ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel(f"epsilon (delta = {results[0]['delta']:g}; lower bounds at confidence {results[0]['confidence']:g})")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
