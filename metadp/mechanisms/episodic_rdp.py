@@ -30,6 +30,8 @@ the remove direction. Three facts give an RDP bound at every order alpha > 1:
    where delta'(eps) is certified by the RDP of (P', Q) composed over the steps. Since Q' = Q, no
    factor e^eps multiplies the charge. The RDP of (P', Q) is fact 1 with D_alpha(P'_j||Q_j) = 0 for
    j > j_max:  exp((alpha-1) D') <= sum_{j <= j_max} w_j exp((alpha-1) j eps_SGM) + tau.
+   Where j_max is large, contiguous groups of j are charged at their largest j: j eps_SGM(r, z/(s sqrt j))
+   is non-decreasing in j (more factors, each with less noise; less noise is never more private).
 
 Only integer orders up to ``MAX_ORDER`` are computed; a fractional order gets the chord of the convex
 function K(alpha) = (alpha-1) D_alpha (K(1) = 0; van Erven & Harremoes 2014, arXiv:1206.2459, Cor. 2),
@@ -51,6 +53,7 @@ from metadp.core.validation import check_count, check_positive, check_probabilit
 __all__ = ["MAX_ORDER", "TAIL", "episodic_rdp", "truncation_point"]
 
 MAX_ORDER = 64
+_MAX_COMPONENTS = 64  # beyond this many j's, contiguous groups of j are charged at their largest j
 TAIL = 1e-30  # Pr[J > j_max] aimed at; the charge is the computed tail times 2 (round-off margin)
 
 
@@ -77,8 +80,11 @@ def _integer_curve(episodes: int, unit_rate: float, within_rate: float, z: float
     orders = np.arange(2, top + 1, dtype=np.float64)
     if j_max == 0 or within_rate == 0.0 or math.isinf(z):
         return np.zeros_like(orders), tau
-    js = np.arange(1, j_max + 1)
-    log_w = stats.binom.logpmf(js, episodes, unit_rate)
+    log_w_all = stats.binom.logpmf(np.arange(1, j_max + 1), episodes, unit_rate)
+    first = int(np.argmax(np.isfinite(log_w_all)))  # P_U = 1: all the mass at j = L
+    starts = np.unique(np.linspace(first, j_max, _MAX_COMPONENTS + 1)[:-1].astype(int))
+    log_w = np.logaddexp.reduceat(log_w_all, starts)
+    js = np.append(starts[1:], j_max)  # each group of j's is charged at its largest j (the bound grows with j)
     terms = np.empty((len(js) + 2, len(orders)))
     for i, j in enumerate(js):
         terms[i] = log_w[i] + (orders - 1.0) * j * poisson_gaussian_rdp(within_rate, z / (shift * math.sqrt(j)), orders)
@@ -107,9 +113,7 @@ def episodic_rdp(episodes: int, unit_rate: float, within_rate: float, noise_mult
     shift = check_real("shift", shift, low=0.0, low_open=True)
     tail = check_real("tail", tail, low=0.0, high=1.0, low_open=True)
     orders = orders_array(orders)
-    finite = orders[np.isfinite(orders)]
-    top = int(min(MAX_ORDER, max(2.0, math.ceil(float(finite.max())) if len(finite) else 2.0)))
-    # (the curve at 2..top; an order above MAX_ORDER leaves top = MAX_ORDER and gets +inf below)
+    top = MAX_ORDER  # one cached curve serves every query (the refinement asks one order at a time)
     curve, tau = _integer_curve(episodes, float(unit_rate), float(within_rate), float(z), float(shift), top, tail)
     # K(alpha) = (alpha - 1) D_alpha = log E_Q[(dP/dQ)^alpha] is convex in alpha (Hoelder) with K(1) = 0,
     # so between integers n < alpha < n + 1 it lies below the chord: an upper bound at fractional orders

@@ -131,3 +131,16 @@ def test_accountant_charges_the_truncation_to_delta():
     assert np.all(np.isinf(acc.trajectory([1, 250], 1e-300)))
     with pytest.raises(UnsupportedEventError, match="group"):
         RdpAccountant().compose(Group(2, record))
+
+
+def test_grouped_components_bound_the_ungrouped_sum():
+    # L = 400, P_U = 1/2: j_max ~ 300 > 64 components, so groups of j are charged at their largest j
+    L, pu, r, z, s = 400, 0.5, 0.001, 8.0, 1.0
+    grouped, tau = episodic_rdp(L, pu, r, z, ORDERS[:8], shift=s)
+    j_max, _ = truncation_point(L, pu)
+    js = np.arange(1, j_max + 1)
+    terms = [stats.binom.logpmf(j, L, pu) + (ORDERS[:8] - 1) * j * poisson_gaussian_rdp(r, z / (s * math.sqrt(j)),
+                                                                                          ORDERS[:8]) for j in js]
+    terms += [np.full(8, stats.binom.logpmf(0, L, pu)), np.full(8, math.log(tau))]
+    ungrouped = special.logsumexp(np.array(terms), axis=0) / (ORDERS[:8] - 1)
+    assert np.all(ungrouped <= grouped) and np.all(grouped <= 1.5 * ungrouped)
