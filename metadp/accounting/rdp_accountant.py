@@ -10,6 +10,10 @@ curve was computed, hence a valid upper bound.
 Neighbouring relation (``relation``): ``"add_remove"`` (one unit added or removed) or ``"substitute"``
 (one unit replaced). Under substitution a clipped sum's sensitivity is twice its add/remove
 sensitivity, so Gaussian and Laplace events are analysed at half their stated noise (DESIGN.md 3.3).
+
+Episodic events (``EpisodicSampled``) are bounded by a truncated pair whose truncation costs a total-
+variation distance tau per step (``metadp.mechanisms.episodic_rdp``): the accountant sums these charges
+(``delta_charge``) and converts at delta minus the charge, so every epsilon stays a valid upper bound.
 """
 
 from __future__ import annotations
