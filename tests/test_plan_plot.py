@@ -168,7 +168,7 @@ def test_every_point_is_above_the_pld_lower_bound_at_its_step_count(tmp_path_fac
 
 
 def test_record_view_of_the_default_plan_is_drawn_with_the_reports_accountant(tmp_path_factory):
-    # RDP cannot read EpisodicSampled: the record level comes from PLD alone, as in the report.
+    # the record level comes from PLD (RDP bounds EpisodicSampled too, far more loosely), as in the report.
     plan, report, out, _ = _plotted("default", tmp_path_factory)
     assert set(out["units"]) == {"task", "record"}
     assert out["units"]["task"]["primary"] and not out["units"]["record"]["primary"]

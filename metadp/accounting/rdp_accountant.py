@@ -10,6 +10,10 @@ curve was computed, hence a valid upper bound.
 Neighbouring relation (``relation``): ``"add_remove"`` (one unit added or removed) or ``"substitute"``
 (one unit replaced). Under substitution a clipped sum's sensitivity is twice its add/remove
 sensitivity, so Gaussian and Laplace events are analysed at half their stated noise (DESIGN.md 3.3).
+
+Episodic events (``EpisodicSampled``) are bounded by a truncated pair whose truncation costs a total-
+variation distance tau per step (``metadp.mechanisms.episodic_rdp``): the accountant sums these charges
+(``delta_charge``) and converts at delta minus the charge, so every epsilon stays a valid upper bound.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from metadp.amplification.group import rdp_group
 from metadp.amplification.allocation_bounds import allocation_rdp_at
 from metadp.core import events as ev
 from metadp.core.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
+from metadp.mechanisms.episodic_rdp import episodic_rdp
 from metadp.core.rdp import (
     gaussian_rdp,
     laplace_rdp,
@@ -35,7 +40,7 @@ from metadp.core.rdp import (
     wor_gaussian_rdp,
 )
 
-__all__ = ["RELATIONS", "DEFAULT_ORDERS", "UnsupportedEventError", "RdpAccountant", "event_rdp"]
+__all__ = ["RELATIONS", "DEFAULT_ORDERS", "UnsupportedEventError", "RdpAccountant", "event_rdp", "event_delta_charge"]
 
 RELATIONS = ("add_remove", "substitute")
 
@@ -133,6 +138,8 @@ def _(event: ev.Group, orders, relation):
         return _times(inner.count, event_rdp(ev.Group(k, inner.inner), orders, relation))
     if isinstance(inner, ev.Composed):
         return sum((event_rdp(ev.Group(k, e), orders, relation) for e in inner.events), np.zeros_like(orders))
+    if event_delta_charge(inner, relation) > 0.0:
+        raise _unsupported(event, "a group of an event whose RDP bound charges a truncation to delta")
     # generic and loose: Mironov 2017, Prop. 2 (the exact binomial mixture is in the PLD accountant)
     return rdp_group(lambda o: event_rdp(inner, np.asarray(o, dtype=np.float64), relation), orders, k)
 
@@ -187,6 +194,51 @@ def _(event: ev.RandomAllocation, orders, relation):
     return allocation_rdp_at(event.inner.noise_multiplier, event.steps, orders)
 
 
+def _episodic_check(event: ev.EpisodicSampled, relation: str) -> None:
+    if relation != "add_remove":
+        raise _unsupported(event, "episodic sampling is analysed under the add_remove relation (one record)")
+
+
+@event_rdp.register
+def _(event: ev.EpisodicSampled, orders, relation):
+    # the revealed-J pair with J truncated; the truncation is charged to delta (event_delta_charge)
+    _episodic_check(event, relation)
+    return episodic_rdp(event.episodes, event.unit_rate, event.within_rate, event.inner.noise_multiplier,
+                        orders, event.shift)[0]
+
+
+@functools.singledispatch
+def event_delta_charge(event: ev.Event, relation: str) -> float:
+    """delta charged per run of ``event`` on top of its RDP curve (a truncation's total-variation
+    cost, ``metadp.mechanisms.episodic_rdp``): a composition is (eps, delta' + sum of charges)-DP
+    where (eps, delta') is converted from the composed curve. 0 for every exact analysis."""
+    return 0.0
+
+
+@event_delta_charge.register
+def _(event: ev.EpisodicSampled, relation):
+    _episodic_check(event, relation)
+    return episodic_rdp(event.episodes, event.unit_rate, event.within_rate, event.inner.noise_multiplier,
+                        [2.0], event.shift)[1]
+
+
+@event_delta_charge.register
+def _(event: ev.SelfComposed, relation):
+    return _times(event.count, event_delta_charge(event.inner, relation)) if event.count else 0.0
+
+
+@event_delta_charge.register
+def _(event: ev.Composed, relation):
+    return float(sum(event_delta_charge(e, relation) for e in event.events))
+
+
+def _less_charge(delta: float, charge: float) -> float:
+    """A float <= delta - charge (exactly: one step down from the rounded difference); <= 0 if none."""
+    if charge <= 0.0:
+        return delta
+    return math.nextafter(delta - charge, -math.inf) if charge < delta else 0.0
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -225,6 +277,7 @@ class RdpAccountant:
         self._orders = DEFAULT_ORDERS if orders is None else np.unique(orders_array(orders))
         self._ledger: List[LedgerEntry] = []
         self._grid_rdp = np.zeros_like(self._orders)
+        self._charge = 0.0  # delta charged by truncated analyses (``event_delta_charge``)
 
     # -- composition ---------------------------------------------------------------------------
 
@@ -234,8 +287,10 @@ class RdpAccountant:
             raise ValueError(f"event must be a metadp Event, got {type(event).__name__}")
         count = check_count("count", count, maximum=ev.MAX_COUNT)
         curve = self._curve(event, tuple(self._orders))  # raises UnsupportedEventError first
+        charge = event_delta_charge(event, self.relation)
         if count:
             self._grid_rdp = self._grid_rdp + _times(count, curve)
+            self._charge += _times(count, charge)
         self._ledger.append(LedgerEntry(event, count))
         return self
 
@@ -243,6 +298,11 @@ class RdpAccountant:
     def ledger(self) -> Tuple[LedgerEntry, ...]:
         """Everything composed so far, in order."""
         return tuple(self._ledger)
+
+    @property
+    def delta_charge(self) -> float:
+        """delta already spent by truncated analyses (added to every conversion's delta)."""
+        return self._charge
 
     @property
     def orders(self) -> np.ndarray:
@@ -273,7 +333,9 @@ class RdpAccountant:
 
     def get_epsilon_and_order(self, delta: float) -> Tuple[float, float]:
         """(epsilon, optimal order) at ``delta``; the order is nan when epsilon = 0 by the TV bound."""
-        delta = check_delta("delta", delta)
+        delta = _less_charge(check_delta("delta", delta), self._charge)
+        if delta <= 0.0:  # the truncation charges exceed delta: no finite bound
+            return math.inf, math.nan
 
         def objective(alpha: float) -> float:
             r = self._rdp_of(self._ledger, np.array([alpha]))
@@ -299,7 +361,7 @@ class RdpAccountant:
             log_d, _ = self._refine(objective, math.log(d), order)
             d = math.exp(log_d)
         tv, _ = delta_from_rdp(self._orders, self._grid_rdp, epsilon, self.conversion)
-        return min(d, tv)
+        return min(1.0, min(d, tv) + self._charge)
 
     def _refine(self, objective, best: float, order: float, xatol: float = 1e-7) -> Tuple[float, float]:
         """Minimises ``objective`` over the continuous order near the grid optimum ``order``."""
@@ -358,6 +420,12 @@ class RdpAccountant:
         else:
             base_entries = self._ledger
         self._curve(step_event, tuple(self._orders))  # unsupported events raise here
+        # the charge after the longest run serves every listed count (a smaller delta: valid, looser)
+        charge = sum(_times(e.count, event_delta_charge(e.event, self.relation)) for e in base_entries) + \
+            _times(steps.max() if len(steps) else 0, event_delta_charge(step_event, self.relation))
+        delta = _less_charge(delta, charge)
+        if delta <= 0.0:
+            return np.full(len(steps), np.inf)
         orders = np.unique(np.concatenate([self._orders, self._checkpoint_orders(
             base_entries, step_event, steps, delta, checkpoints)]))
         base = self._rdp_of(base_entries, orders)
