@@ -18,7 +18,10 @@ otherwise. The stored file is never trusted blindly:
 
 A key is the function's qualified name, the reference object's own state (for methods), the
 arguments and the working precision, each number exactly (floats as hex, mpf as its binary tuple),
-hashed (SHA-256), so a stored value answers only the very call that produced it.
+hashed (SHA-256), so a stored value answers only the very call that produced it. A test that asks
+the oracle at points computed by the fast code (a loss range, say) asks new keys when that code moves
+by an ulp: those calls are computed afresh (slower, still checked), and the old entries turn stale,
+which the slow test reports; regenerate the file after such a change.
 """
 
 from __future__ import annotations
