@@ -28,7 +28,7 @@ import numpy as np
 from scipy import optimize, special
 
 from metadp.core.validation import check_positive, check_probability
-from metadp.core._logmath import log1mexp, log_binomial_series_remainder, log_comb, log_expm1
+from metadp.core._logmath import log1mexp, log_binomial_series_remainder, log_comb, log_expm1, log_sum_exp
 from metadp.core._pearson_vajda import MAX_MOMENT_ORDER, log_gaussian_central_moments
 from metadp.core._quadrature import integrate_log
 
@@ -187,7 +187,7 @@ def _log_a_minus_1_binomial(q: float, sigma: float, alpha: int) -> float:
         + k * math.log(q)
         + log_expm1((k * k - k) / (2.0 * sigma * sigma))
     )
-    return float(special.logsumexp(log_terms))
+    return log_sum_exp(log_terms)
 
 
 def _log_g(x_sign: np.ndarray, log_abs_x: np.ndarray, log1p_x: np.ndarray, alpha: float) -> np.ndarray:
@@ -335,4 +335,4 @@ def _wor_cgf(gamma: float, z: float, alpha: int) -> float:
         pv = math.log(4.0) + 0.5 * (moments[2 * (jj // 2)] + moments[2 * ((jj + 1) // 2)])
         bound[: len(jj)] = np.minimum(thm9[: len(jj)], pv)
     rest = j * log_gamma + log_comb(float(alpha), j) + bound
-    return float(np.logaddexp(0.0, special.logsumexp(np.concatenate([[first], rest]))))
+    return float(np.logaddexp(0.0, log_sum_exp(np.concatenate([[first], rest]))))

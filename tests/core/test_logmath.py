@@ -24,6 +24,9 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from scipy import special
+
+from metadp.core._logmath import log_sum_exp
 
 DPS = 50
 RTOL = 1e-13
@@ -425,3 +428,15 @@ def test_log_binomial_series_remainder(lm, alpha, fraction):
             ref = mpmath.log((1 + xm) ** am - 1 - am * xm)
         got = lm.log_binomial_series_remainder(np.array([x]), np.array([math.log(abs(x))]), alpha)[0]
         assert abs(got - float(ref)) <= 1e-13 * max(1.0, abs(float(ref))), (alpha, x, got, ref)
+
+
+def test_log_sum_exp_matches_scipy_and_its_edge_cases():
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 50.0, 700.0):
+        x = rng.normal(size=257) * scale
+        assert log_sum_exp(x) == pytest.approx(float(special.logsumexp(x)), rel=1e-14, abs=1e-14)
+    assert log_sum_exp(np.array([-np.inf, -np.inf])) == -np.inf
+    assert log_sum_exp(np.array([])) == -np.inf
+    assert log_sum_exp(np.array([1.0, np.inf])) == np.inf
+    assert log_sum_exp(np.array([-1e308, 0.0])) == 0.0
+    assert log_sum_exp(np.array([1000.0, 1000.0])) == pytest.approx(1000.0 + np.log(2.0), rel=1e-15)

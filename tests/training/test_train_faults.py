@@ -129,6 +129,7 @@ def test_ctrl_c_stops_with_one_line_and_status_130(tmp_path):
     assert len(verified(ledger)) >= released
 
 
+@pytest.mark.slow  # a real process held mid-run while a second one is refused (~10 s): with the slow sweeps in CI
 def test_two_runs_into_one_folder_one_refuses(tmp_path, capsys):
     out = tmp_path / "run"
     ledger = out / "ledger-task.jsonl"
