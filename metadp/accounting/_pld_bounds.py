@@ -300,6 +300,10 @@ def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
     """(lower epsilon, FFT size): one event of the composed output (``_pld_lattice``), its P- and Q-sums
     tilted like the upper sum (the labels follow the loss, so the tilt centres them near the answer)."""
     p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
+    if any(not np.any(item.pmf > 0) for item in p_items + q_items):
+        # a lattice with no mass kept (a loss range far beyond the answer, e.g. a Gaussian with z ~ 0.01):
+        # the composed event has probability 0 on that side and certifies only the trivial lower bound
+        return 0.0, 0
     tilted = _comp.tilt(p_items, theta)
     first, size, _, outside = _window(p_items, tilted, tau, max_memory)
     p_sum = _comp.compose(tilted, first, size, h, alias=outside)

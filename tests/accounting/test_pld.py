@@ -2,6 +2,7 @@
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import optimize
@@ -208,3 +209,20 @@ def test_gdp_closed_form_at_tiny_deltas_brackets_mpmath(z, steps, delta):
     r = PldAccountant().compose(Gaussian(z), steps).get_epsilon_bounds(delta)
     assert r.fft_size == 0 and math.isnan(r.h)  # the closed form, not the lattice
     assert r.epsilon_lower <= exact <= r.epsilon_upper <= exact * (1 + 1e-10)
+
+
+@pytest.mark.parametrize("z", [0.00847457627118644, 0.02])
+def test_a_gaussian_with_almost_no_noise_gets_a_valid_bound_not_a_crash(z):
+    # z ~ 0.01 (mu ~ 100): the closed form's second CDF underflows, the lattice keeps no lower-bound mass
+    # on one side; this raised numpy's "zero-size array" ValueError (dp-agrlr's record-vs-server view)
+    result = PldAccountant().compose(Gaussian(z)).get_epsilon_bounds(1e-5)
+    mu = mpmath.mpf(1) / z
+
+    def delta_of(eps):  # mu-GDP hockey-stick (Dong, Roth & Su, Cor. 2.13), at 50 digits
+        with mpmath.workdps(50):
+            eps = mpmath.mpf(eps)
+            return mpmath.ncdf(-eps / mu + mu / 2) - mpmath.exp(eps) * mpmath.ncdf(-eps / mu - mu / 2)
+
+    assert 0.0 <= result.epsilon_lower <= result.epsilon_upper < math.inf
+    assert delta_of(result.epsilon_upper) <= 1e-5  # a valid upper bound
+    assert delta_of(0.995 * result.epsilon_upper) > 1e-5  # and within 0.5% of the exact epsilon
