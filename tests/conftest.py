@@ -12,9 +12,26 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, "1")
 
+import mpmath  # noqa: E402
+import pytest  # noqa: E402
+
 from oracles import stored as _stored_oracle_values  # noqa: E402  (after the thread settings above)
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Stored oracle values: add this run's new ones, or list the ones it checked (tests/oracles/stored.py)."""
     _stored_oracle_values.finish()
+
+
+@pytest.fixture(autouse=True)
+def _mpmath_precision_unchanged():
+    """A test that changes mpmath's global precision changes every later test in its process: the
+    stored oracle values are keyed by the working precision (they are then computed afresh, slowly),
+    and oracles become order-dependent. Use ``mpmath.workdps`` (a context manager or decorator)."""
+    before = mpmath.mp.prec
+    yield
+    after = mpmath.mp.prec
+    if after != before:
+        mpmath.mp.prec = before
+        pytest.fail(f"the test changed mpmath's global precision from {before} to {after} bits and left it "
+                    f"so; use mpmath.workdps(...) instead", pytrace=False)

@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 import os
-import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from metadp.core.validation import check_delta

@@ -8,7 +8,7 @@ import functools
 import math
 from typing import List, Tuple
 
-from metadp.accounting.rdp_accountant import UnsupportedEventError, _effective_noise_multiplier
+from metadp.accounting._rdp_events import UnsupportedEventError, effective_noise_multiplier
 from metadp.amplification.group import poisson_group_pairs
 from metadp.core import events as ev
 from metadp.mechanisms.episodic import episodic_record_pairs
@@ -97,7 +97,7 @@ def _(event: ev.Laplace, relation):
 def _(event: ev.PoissonSampled, relation):
     if relation != "add_remove":
         raise _pld_unsupported(event, "Poisson sampling is analysed under the add_remove relation")
-    z = _effective_noise_multiplier(event.inner, "PLD")
+    z = effective_noise_multiplier(event.inner, "PLD")
     if event.rate == 0.0 or math.isinf(z):
         return []
     return [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
@@ -109,7 +109,7 @@ def _(event: ev.FixedSizeSampled, relation):
     if relation != "substitute":
         raise _pld_unsupported(event, "fixed-size sampling is only analysed under the substitute relation "
                                       "(Balle, Barthe & Gaboardi 2018); set relation = 'substitute'")
-    z = _effective_noise_multiplier(event.inner, "PLD")
+    z = effective_noise_multiplier(event.inner, "PLD")
     if event.batch == 0 or math.isinf(z):
         return []
     return [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)), 1)]

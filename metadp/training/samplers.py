@@ -18,10 +18,8 @@ EpisodicSampler        indices per level         EpisodicSampled(L, P_U, r, inne
 
 Exactness. Uniforms are float64 (53 random bits), so a Poisson inclusion probability is within 2^-53
 of q and a uniform choice among j items within about 2^-53 of 1/j: far below anything an accountant
-resolves. Small subsets of large populations are drawn by Floyd's algorithm (Bentley & Floyd 1987,
-"A sample of brilliance", CACM 30(9)): k draws per subset whatever the population, then a uniform
-shuffle of the k positions; others by the k largest of n uniform keys. Both give every k-subset, in
-every order, the same probability.
+resolves. Subsets are drawn by ``metadp.training.subsets`` (Floyd's algorithm or uniform keys), which
+gives every k-subset, in every order, the same probability.
 
 Randomness. ``torch.Generator`` is a pseudo-random generator (Mersenne Twister on CPU, Philox on
 CUDA), not a cryptographic one; the accounting assumes the sampling is unpredictable to an adversary,
@@ -42,53 +40,10 @@ from metadp.core.validation import check_count, check_probability
 from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
 from metadp.sampling import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
+from metadp.training.subsets import random_subsets, uniform as _uniform
 
 __all__ = ["sampler_for", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "ShuffleSampler", "EverySampler",
            "EpisodicSampler", "Episodes", "random_subsets"]
-
-# Floyd's algorithm costs about k^2 / 2 comparisons per row and k small kernels; n random keys per row
-# cost n draws and one topk. Floyd is used when rows x n exceeds this many times k^2.
-_FLOYD_ADVANTAGE = 64
-
-
-def _uniform(shape, generator: torch.Generator) -> torch.Tensor:
-    """Uniforms on [0, 1) in float64, on the generator's device."""
-    return torch.rand(shape, generator=generator, device=generator.device, dtype=torch.float64)
-
-
-def random_subsets(rows: int, n: int, k: int, generator: torch.Generator) -> torch.Tensor:
-    """``rows`` independent uniformly random k-subsets of {0, ..., n-1}, each in uniformly random order.
-
-    Floyd's algorithm (k vectorised draws) where drawing n keys per row would cost more, else the k
-    largest of n uniform keys per row (one ``topk``).
-
-    Returns:
-        int64 tensor [rows, k] on the generator's device.
-    """
-    if k == 0 or rows == 0:
-        return torch.empty((rows, k), dtype=torch.int64, device=generator.device)
-    if rows * n > _FLOYD_ADVANTAGE * k * k:
-        return _floyd_subsets(rows, n, k, generator)
-    return _key_subsets(rows, n, k, generator)
-
-
-def _key_subsets(rows: int, n: int, k: int, generator: torch.Generator) -> torch.Tensor:
-    """The k largest of n iid keys per row, sorted by key: a uniform subset in uniform order."""
-    return _uniform((rows, n), generator).topk(k, dim=1).indices
-
-
-def _floyd_subsets(rows: int, n: int, k: int, generator: torch.Generator) -> torch.Tensor:
-    """Floyd's algorithm, vectorised over rows, then a uniform shuffle of the k positions."""
-    u = _uniform((rows, k), generator)
-    out = torch.empty((rows, k), dtype=torch.int64, device=generator.device)
-    for i in range(k):  # the i-th draw is uniform on [0, j]; if already taken, j itself (not drawable before)
-        j = n - k + i
-        t = (u[:, i] * (j + 1)).long().clamp_(max=j)  # [rows]
-        taken = (out[:, :i] == t[:, None]).any(dim=1)
-        out[:, i] = torch.where(taken, j, t)
-    order = _uniform((rows, k), generator).argsort(dim=1)  # Floyd's order is not uniform: shuffle it
-    return out.gather(1, order)
-
 
 def _check_generator(generator: Optional[torch.Generator]) -> torch.Generator:
     if generator is None:

@@ -186,11 +186,10 @@ def test_get_delta_small_deltas_and_degenerate_cases():
     assert PldAccountant().compose(NonPrivate()).get_delta(10.0) == 1.0
 
 
+@mpmath.workdps(50)
 def _mp_gaussian_epsilon(mu: float, delta: float) -> float:
     """epsilon(delta) of mu-GDP at 50 digits (mpmath): the closed form's root, for deltas where the
     float helper above cannot be trusted."""
-    import mpmath
-    mpmath.mp.dps = 50
     mu, delta = mpmath.mpf(mu), mpmath.mpf(delta)
     f = lambda e: mpmath.ncdf(mu / 2 - e / mu) - mpmath.exp(e) * mpmath.ncdf(-mu / 2 - e / mu) - delta
     lo, hi = mpmath.mpf(0), mpmath.mpf(1)

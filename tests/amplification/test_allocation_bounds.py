@@ -18,9 +18,9 @@ from metadp.amplification.one_pass import gaussian_epsilon, random_allocation_de
 from metadp.core.conversions import delta_from_rdp
 
 
+@mpmath.workdps(40)
 def _order_a_oracle(z, t, alpha):
     """D_alpha(Q||P) = log(t^-alpha sum over (k_1..k_t), sum k = alpha, multinomial prod E V^k_i) / (alpha - 1)."""
-    mpmath.mp.dps = 40
     total = mpmath.mpf(0)
     for ks in itertools.product(range(alpha + 1), repeat=t):
         if sum(ks) != alpha:

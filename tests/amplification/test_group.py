@@ -59,9 +59,9 @@ def test_group_of_one_is_the_base(form):
 
 @pytest.mark.parametrize("eps", [0.0, 1e-8, 0.3, 1.0, 5.0])
 @pytest.mark.parametrize("k", [2, 3, 8, 50])
+@mpmath.workdps(50)
 def test_group_delta_formulas_against_mpmath(eps, k):
     delta = 1e-9
-    mpmath.mp.dps = 50
     chain = mpmath.mpf(delta) * mpmath.fsum(mpmath.exp(i * mpmath.mpf(eps)) for i in range(k))
     dwork_roth = k * mpmath.exp((k - 1) * mpmath.mpf(eps)) * mpmath.mpf(delta)
     for form, exact in (("chain", chain), ("dwork_roth", dwork_roth)):
@@ -153,9 +153,9 @@ def test_rdp_group_rejects_bad_curves_and_k():
 # -- Gaussian group pair ------------------------------------------------------------------------------
 
 
+@mpmath.workdps(40)
 def mp_gaussian_epsilon(sensitivity, z, delta):
     """eps with Phi(s/(2z) - eps z/s) - e^eps Phi(-s/(2z) - eps z/s) = delta, 40 digits."""
-    mpmath.mp.dps = 40
     s, z, delta = mpmath.mpf(sensitivity), mpmath.mpf(z), mpmath.mpf(delta)
     f = lambda e: mpmath.ncdf(s / (2 * z) - e * z / s) - mpmath.exp(e) * mpmath.ncdf(-s / (2 * z) - e * z / s) - delta  # noqa: E731
     lo, hi = mpmath.mpf(0), mpmath.mpf(1)

@@ -184,8 +184,8 @@ def test_poisson_proxy_is_labelled_and_close():
 # -- shuffle ------------------------------------------------------------------------------------------
 
 
+@mpmath.workdps(60)
 def mp_gaussian_epsilon(z, delta):
-    mpmath.mp.dps = 60
     z, delta = mpmath.mpf(z), mpmath.mpf(delta)
     f = lambda e: mpmath.ncdf(1 / (2 * z) - e * z) - mpmath.exp(e) * mpmath.ncdf(-1 / (2 * z) - e * z) - delta  # noqa: E731
     lo, hi = mpmath.mpf(0), mpmath.mpf(1)

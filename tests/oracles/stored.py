@@ -45,6 +45,7 @@ MODES = ("", "check", "store")
 _values: dict = json.loads(STORE.read_text()) if STORE.exists() else {}
 _new: dict = {}
 _checked: set = set()
+_missed: list = []  # calls answered by computing (default mode), for METADP_REFERENCES_MISSED
 
 
 def _mode() -> str:
@@ -120,6 +121,7 @@ def stored(fn):
             _checked.add(key)
         elif key not in _values:
             _new[key] = _encode(value)
+            _missed.append(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')} {name}")
         return value
 
     return wrapper
@@ -135,6 +137,11 @@ def finish() -> None:
             current = json.loads(STORE.read_text()) if STORE.exists() else {}
             current.update(_new)
             STORE.write_text(json.dumps(dict(sorted(current.items())), indent=0) + "\n")
+    missed_file = os.environ.get("METADP_REFERENCES_MISSED")
+    if missed_file and _missed:
+        with open(missed_file, "a") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.writelines(line + "\n" for line in _missed)
     checked_file = os.environ.get("METADP_REFERENCES_CHECKED")
     if mode == "check" and checked_file:
         with open(checked_file, "a") as out:

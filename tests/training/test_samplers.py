@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from metadp.plan import Plan  # noqa: E402
 from metadp.core import events as ev  # noqa: E402
 from metadp.amplification.multistage import Hierarchy, Level  # noqa: E402
-from metadp.training import samplers  # noqa: E402
+from metadp.training import subsets  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.training.samplers import (BallsInBinsSampler, EpisodicSampler, Episodes,  # noqa: E402
                                       FixedSizeSampler, PoissonSampler, random_subsets)
@@ -87,7 +87,7 @@ def test_fixed_size_sampler_passes_the_fixed_size_test(pool, batch, device):
     assert result.passed, result.detail
 
 
-@pytest.mark.parametrize("draw", [samplers._floyd_subsets, samplers._key_subsets], ids=["floyd", "keys"])
+@pytest.mark.parametrize("draw", [subsets._floyd_subsets, subsets._key_subsets], ids=["floyd", "keys"])
 @pytest.mark.parametrize("n, k", [(10, 1), (10, 4), (10, 10), (7, 6)])
 def test_both_subset_algorithms_are_uniform_in_every_position(draw, n, k):
     """Floyd's raw order is not uniform (its last draws favour the largest items); the shuffle makes it so."""
@@ -102,8 +102,8 @@ def test_both_subset_algorithms_are_uniform_in_every_position(draw, n, k):
 
 def test_random_subsets_picks_floyd_for_small_subsets_of_large_pools(monkeypatch):
     used = []
-    monkeypatch.setattr(samplers, "_floyd_subsets", lambda *a: used.append("floyd") or torch.zeros((1, 1)))
-    monkeypatch.setattr(samplers, "_key_subsets", lambda *a: used.append("keys") or torch.zeros((1, 1)))
+    monkeypatch.setattr(subsets, "_floyd_subsets", lambda *a: used.append("floyd") or torch.zeros((1, 1)))
+    monkeypatch.setattr(subsets, "_key_subsets", lambda *a: used.append("keys") or torch.zeros((1, 1)))
     for rows, n, k in [(1600, 1150, 5), (8000, 20, 2), (1, 10**6, 5), (1, 100, 5), (1, 100, 60)]:
         random_subsets(rows, n, k, gen(0))
     assert used == ["floyd", "floyd", "floyd", "keys", "keys"]

@@ -66,9 +66,8 @@ def test_clopper_pearson_matches_binomtest(n):
 
 
 @pytest.mark.parametrize("n,k,level", [(100, 1, 0.005), (10_000, 3, 1e-8), (10_000, 9_990, 1e-3), (50, 25, 0.2)])
+@mp.workdps(40)
 def test_clopper_pearson_against_mpmath(n, k, level):
-    mp.mp.dps = 40
-
     def root(f, guess):  # bracketing solver around our value: the secant default stalls near p = 1
         return mp.findroot(f, (guess * (1 - 1e-6), min(1.0, guess * (1 + 1e-6))), solver="anderson")
 
