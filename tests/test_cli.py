@@ -11,15 +11,18 @@ import pytest
 from metadp.accounting import Gaussian, PoissonSampled, SelfComposed, calibration, pld
 from metadp.cli import main
 
+from clirun import metadp
+
 
 def run(*args):
+    """A real process: what reaches the terminal, exit status included."""
     return subprocess.run([sys.executable, "-m", "metadp", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_plan_without_arguments_prints_the_default_report():
     # Default: every accountant; the tightest (PLD, about 0.498 by dp-accounting's PLD) is the
     # headline, with its certified interval, and the RDP bound (1.1464..., rounded up) is listed.
-    result = run("plan")
+    result = metadp("plan")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     # and the record-level bound of the plan's episodes (about 850) beside it
@@ -32,7 +35,7 @@ def test_plan_without_arguments_prints_the_default_report():
 
 
 def test_plan_rdp_only():
-    result = run("plan", "--accountant", "rdp")
+    result = metadp("plan", "--accountant", "rdp")
     assert result.returncode == 0, result.stderr
     assert re.search(r"^  epsilon +<= 1\.147 +\(upper bound; RDP accountant", result.stdout, re.M), result.stdout
     # episodic record views have an RDP bound too now (valid, far looser than PLD's: the PLD default prints 850)
@@ -74,7 +77,7 @@ def test_bad_input_is_one_line_exit_2():
 
 
 def test_help_shows_an_example():
-    result = run("epsilon", "--help")
+    result = metadp("epsilon", "--help")
     assert result.returncode == 0 and "metadp epsilon --sampling poisson" in result.stdout
 
 

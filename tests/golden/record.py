@@ -12,11 +12,15 @@ why in the commit).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from metadp.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS = Path(__file__).resolve().parent / "outputs.json"
@@ -31,8 +35,13 @@ def _metadp(*args: str) -> subprocess.CompletedProcess:
 
 
 def plan_numbers(name: str) -> dict:
-    """The epsilons ``metadp plan --json`` prints for a plan (``default``: the built-in one)."""
-    report = json.loads(_metadp("plan", *([] if name == "default" else [f"examples/{name}"]), "--json").stdout)
+    """The epsilons ``metadp plan --json`` prints for a plan (``default``: the built-in one), run in this
+    process (``metadp.cli.main`` is the command's whole body; no fresh interpreter to start)."""
+    out = io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out):
+        status = main(["plan", *([] if name == "default" else [f"examples/{name}"]), "--json"])
+    assert status == 0, f"metadp plan {name} --json exited {status}"
+    report = json.loads(out.getvalue())
     return {"epsilon": report["epsilon"], "epsilon_lower": report.get("epsilon_lower"),
             "other_units": {o["unit"]: o["epsilon"] for o in report.get("other_units", [])}}
 
