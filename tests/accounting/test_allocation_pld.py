@@ -1,0 +1,117 @@
+"""The PLD upper bound for random allocation (metadp.accounting.allocation_pld, issue 18 item 3).
+
+Oracles: at t = 2 the exact hockey-stick divergence of both orders of the allocation pair is a 1-D
+mpmath quadrature (conditioning on x_1, the other lognormal's call/put expectation is closed form); the
+certified lower bound of ``allocation_bounds``; the RDP upper bound; Feldman & Shenfeld's package where
+it imports (their decomposition bound, itself an upper bound)."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import pytest
+
+from metadp.accounting.pld import PldAccountant
+from metadp.amplification import allocation_bounds as ab
+from metadp.core import events as ev
+
+
+def _exact_delta_t2(z: float, eps: float) -> float:
+    """max over the two orders of the exact delta(eps) of one pass with t = 2 (mpmath, 30 digits)."""
+    mpmath.mp.dps = 30
+    z = mpmath.mpf(z)
+    m, s = -1 / (2 * z * z), 1 / z  # log V ~ N(m, s^2), E V = 1
+    c = mpmath.e ** mpmath.mpf(eps)
+
+    def call(k):  # E[(V - k)_+]
+        if k <= 0:
+            return 1 - k
+        return mpmath.ncdf((m + s * s - mpmath.log(k)) / s) - k * mpmath.ncdf((m - mpmath.log(k)) / s)
+
+    def put(k):  # E[(k - V)_+]
+        if k <= 0:
+            return mpmath.mpf(0)
+        return k * mpmath.ncdf((mpmath.log(k) - m) / s) - mpmath.ncdf((mpmath.log(k) - m - s * s) / s)
+
+    def density(x):
+        return mpmath.npdf(x, 0, z)
+
+    def v(x):
+        return mpmath.e ** ((x - mpmath.mpf(1) / 2) / (z * z))
+
+    # add: E[(R - c)_+] = E_x1[E[(V2 - (2c - V1))_+]] / 2; remove: E[(1 - cR)_+] = (c/2) E_x1[E[(2/c - V1 - V2)_+]]
+    lo, hi = -14 * z, 14 * z + 2
+    add = mpmath.quad(lambda x: density(x) * call(2 * c - v(x)) / 2, [lo, 0, 1, 3, hi])
+    remove = mpmath.quad(lambda x: density(x) * put(2 / c - v(x)) * c / 2, [lo, 0, 1, 3, hi])
+    return float(max(add, remove))
+
+
+def _pld_epsilon(z, t, delta, epochs=1):
+    return PldAccountant(max_seconds=0.5).compose(ev.RandomAllocation(t, ev.Gaussian(z)), epochs).get_epsilon(delta)
+
+
+@pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
+@pytest.mark.parametrize("z", [1.0, 2.0])
+def test_upper_bound_holds_against_the_exact_t2_divergence(z):
+    """The exact delta at our epsilon is at most delta (the bound holds), and at 97% of it above (tight)."""
+    delta = 1e-4
+    eps = _pld_epsilon(z, 2, delta)
+    assert _exact_delta_t2(z, eps) <= delta
+    assert _exact_delta_t2(z, 0.97 * eps) > delta
+
+
+@pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
+def test_upper_bound_is_between_the_lower_bound_and_rdp():
+    for z, t, epochs in ((1.0, 10, 1), (1.0, 50, 2)):
+        eps = _pld_epsilon(z, t, 1e-5, epochs)
+        assert ab.allocation_lower(z, t, 1e-5, epochs) <= eps <= ab.allocation_upper(z, t, 1e-5, epochs)
+
+
+@pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
+def test_epochs_compose_as_repeated_passes():
+    """E passes composed at once equal E separate compositions of one pass (one FFT power either way)."""
+    once = PldAccountant(max_seconds=0.5).compose(ev.RandomAllocation(20, ev.Gaussian(1.0)), 3)
+    apart = PldAccountant(max_seconds=0.5)
+    for _ in range(3):
+        apart.compose(ev.RandomAllocation(20, ev.Gaussian(1.0)))
+    assert once.get_epsilon(1e-5) == pytest.approx(apart.get_epsilon(1e-5), rel=5e-3)  # refinement by time
+    assert once.get_epsilon(1e-5) > _pld_epsilon(1.0, 20, 1e-5, 1)
+
+
+@pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
+def test_lower_bound_of_the_pld_accountant_is_not_claimed():
+    """The discrete pair dominates the allocation pair but is not dominated by it: no PLD lower bound."""
+    result = PldAccountant(max_seconds=0.5).compose(ev.RandomAllocation(10, ev.Gaussian(1.0))).get_epsilon_bounds(1e-5)
+    assert result.epsilon_lower <= 0.0 < result.epsilon_upper
+
+
+def test_substitution_and_non_gaussian_are_refused():
+    from metadp.accounting.rdp_accountant import UnsupportedEventError
+    with pytest.raises(UnsupportedEventError):
+        PldAccountant("substitute").compose(ev.RandomAllocation(10, ev.Gaussian(1.0)))
+    with pytest.raises(UnsupportedEventError):
+        PldAccountant().compose(ev.RandomAllocation(10, ev.Laplace(1.0)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("t", [10, 100, 1000])
+def test_against_the_random_allocation_package(t):
+    """Feldman & Shenfeld's package (PyPI random-allocation; needs pandas): its decomposition method, also an
+    upper bound (their Thm on decomposition, not certified against float error). Ours must stay above the
+    certified lower bound and may be below theirs; we check it is within [lower, 1.05 x theirs]."""
+    pytest.importorskip("pandas")
+    dec = pytest.importorskip("random_allocation.random_allocation_scheme.decomposition")
+    structs = pytest.importorskip("random_allocation.comparisons.structs")
+    params = structs.PrivacyParams(sigma=1.0, num_steps=t, num_selected=1, num_epochs=1, delta=1e-6)
+    theirs = dec.allocation_epsilon_decomposition(params, structs.SchemeConfig())
+    ours = PldAccountant().compose(ev.RandomAllocation(t, ev.Gaussian(1.0))).get_epsilon(1e-6)
+    assert ab.allocation_lower(1.0, t, 1e-6) <= ours <= 1.05 * theirs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("z,delta", [(0.8, 1e-3), (1.0, 1e-6), (3.0, 1e-5)])
+def test_sweep_t2_exact(z, delta):
+    eps = _pld_epsilon(z, 2, delta)
+    assert _exact_delta_t2(z, eps) <= delta
+    assert _exact_delta_t2(z, 0.95 * eps) > delta
