@@ -8,7 +8,7 @@ import functools
 import math
 from typing import List, Tuple
 
-from metadp.accounting.allocation_pld import allocation_pairs
+from metadp.accounting.allocation_pld import allocation_pairs, pld_resolves
 from metadp.accounting.rdp_accountant import UnsupportedEventError, _effective_noise_multiplier
 from metadp.amplification.group import poisson_group_pairs
 from metadp.core import events as ev
@@ -148,7 +148,11 @@ def _(event: ev.RandomAllocation, relation):
         return []
     if event.steps == 1:
         return event_pairs(event.inner, relation)
-    return [(allocation_pairs(_check_noise(event, event.inner.noise_multiplier), event.steps), 1)]
+    z = _check_noise(event, event.inner.noise_multiplier)
+    if not pld_resolves(z, event.steps):
+        raise _pld_unsupported(event, f"the allocation lattice does not resolve t = {event.steps} steps at noise {z:g} "
+                                      "(its bound would be infinite); the RDP accountant bounds it")
+    return [(allocation_pairs(z, event.steps), 1)]
 
 
 @event_pairs.register

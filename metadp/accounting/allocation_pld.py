@@ -32,7 +32,9 @@ around onto low bins: for "remove" that is a move to a smaller S', harmless; for
 stays (extra mass is harmless to an upper bound) and the add-order P'-mass of {S' >= N Delta} is charged
 to the infinity atom, bounded by E[R'^a] / c^(a - 1) <= (M_a^(1/a) + Delta)^a / c^(a - 1), c = N Delta / t,
 with M_a = E_P[R^a] the exact moment of ``allocation_bounds`` (order A, rounded up) and R' <= R + Delta
-(Minkowski), minimised over integer a. Each window bin s (S' = s Delta, R' = s Delta / t) is read from
+(Minkowski), minimised over integer a; or (the smaller is used; better at small t) R' >= c forces some
+V_i >= c - Delta, so by the union bound it is at most E[V; V >= c'] + (t - 1 + t Delta) Pr[V >= c'],
+c' = c - Delta. Each window bin s (S' = s Delta, R' = s Delta / t) is read from
 the tilt (one of several) whose round-off bound is smallest there; its mass carries that bound as an
 absolute error, which the PLD lattice turns into a relative error or charges to the infinity atom
 (``_pld_lattice``).
@@ -66,12 +68,14 @@ from metadp.accounting import _pld_compose as _comp
 from metadp.amplification import allocation_bounds as _ab
 from metadp.core.validation import check_count, check_positive
 
-__all__ = ["AllocationPair", "allocation_pairs"]
+__all__ = ["AllocationPair", "allocation_pairs", "pld_resolves"]
 
 _U = 2.0**-53
 _CHARGE = 1e-13  # the window's charge to the infinity atom (add order), per pass: part of the bound at every delta
-_MAX_POINTS = 1 << 21  # the FFT window's most lattice points
-_TILTS = 9  # tilts per order; each window bin is read from the best
+_MAX_POINTS = 1 << 19  # the FFT window's most lattice points
+_TILTS = 7  # tilts per order; each window bin is read from the best
+_FINE_POINTS = 1 << 17  # a window this small is refined (small t: the small ratios need it)
+_PER_SD = 8.0  # V lattice points per standard deviation of V (at most 16 per unit)
 
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(5)
@@ -107,26 +111,48 @@ def _log_cell(lo: np.ndarray, hi: np.ndarray, mean: float, z: float):
     return np.where(narrow, gl, value), np.where(narrow, gl_err, err)
 
 
-@functools.lru_cache(maxsize=32)
-def _one_pass(z: float, t: int, direction: str):
-    """(losses, P'-masses, infinity mass) of one pass's discrete pair (the masses raised by their error bounds)."""
+@functools.lru_cache(maxsize=64)
+def _layout(z: float, t: int):
+    """(Delta, window points N, log of the add order's window charge) of one pass's lattice: the window's
+    top c (in R) has charge <= _CHARGE; Delta is sd(V)/_PER_SD (at most 1/_PER_SD), finer where the window
+    has fewer than _FINE_POINTS points at that, coarser where it would exceed _MAX_POINTS."""
     sd = math.sqrt(math.expm1(1.0 / z**2))  # sd of V (mean 1)
     orders = _ab.ALLOCATION_ORDERS
     log_m = _ab._rdp_order_a(z, t, orders) * (orders - 1.0)  # log E_P R^a, rounded up
 
-    def log_charge(c, delta):  # log of the bound on E[R' 1{R' >= c}] (module docstring)
-        return float(np.min(orders * np.log(np.exp(log_m / orders) + delta) - (orders - 1.0) * math.log(c)))
+    def log_charge(c, delta):  # log of a bound on E[R' 1{R' >= c}]: the smaller of two (module docstring)
+        moments = float(np.min(orders * np.log(np.exp(log_m / orders) + delta) - (orders - 1.0) * math.log(c)))
+        if c <= delta + 1.0:
+            return moments
+        x = z * z * math.log(c - delta) + 0.5  # V >= c - Delta  <=>  x >= x
+        union = (float(special.ndtr(-(x - 1.0) / z)) + (t - 1.0 + delta * t) * float(special.ndtr(-x / z))) * (1 + 1e-12)
+        return min(moments, math.log(union) if union > 0 else -math.inf)
 
-    # the window's top c (in R) with charge <= _CHARGE, then the spacing: sd/16, coarser if the window needs it
-    delta = min(sd, 1.0) / 16.0
+    delta = min(sd, 1.0) / _PER_SD
     c = 2.0
     while log_charge(c, delta) > math.log(_CHARGE):
         c *= 1.25
-    delta = max(delta, c * t / (_MAX_POINTS - 2))
+    delta = max(min(delta, c * t / _FINE_POINTS), c * t / (_MAX_POINTS - 2))  # finer where cheap (small t)
     while log_charge(c, delta) > math.log(_CHARGE):
         c *= 1.25
         delta = max(delta, c * t / (_MAX_POINTS - 2))
     n_win = _fft_size(int(math.ceil(c * t / delta)) + 2)
+    return delta, n_win, log_charge(n_win * delta / t, delta)
+
+
+def pld_resolves(z: float, t: int) -> bool:
+    """Whether the lattice resolves small likelihood ratios: Pr[every V_i <= Delta]^t, which bounds the
+    remove order's infinity atom (S' = 0), is at most _CHARGE. At small t with a coarse lattice it is not
+    (t = 2, z = 0.9: about 1e-3), and the bound would be infinite: the PLD accountant then leaves the event
+    to the RDP accountant (``_pld_pairs``)."""
+    delta = _layout(z, t)[0]
+    return t * float(special.log_ndtr((z * z * math.log(delta) + 0.5) / z)) <= math.log(_CHARGE)
+
+
+@functools.lru_cache(maxsize=32)
+def _one_pass(z: float, t: int, direction: str):
+    """(losses, P'-masses, infinity mass) of one pass's discrete pair (the masses raised by their error bounds)."""
+    delta, n_win, log_window_charge = _layout(z, t)
     # V's lattice: up to V_top, where Pr[V > V_top] is negligible, or the window
     x_of = lambda v: z * z * np.log(v) + 0.5  # V = v  <=>  x = z^2 log v + 1/2
     v_top = min(math.exp((z * 40.0 - 0.5) / (z * z)) if z < 50 else math.inf, (n_win - 1) * delta)
@@ -157,7 +183,7 @@ def _one_pass(z: float, t: int, direction: str):
         pmf[-1] += above * (1.0 + 1e-12)  # V above V_top put at V_top
     else:  # dropped, charged: E[V; V > V_top] + (1 + Delta) Pr[V > V_top]
         inf_mass += (float(special.ndtr(-(x_top - 1.0) / z)) + (1.0 + delta) * above) * (1.0 + 1e-12) + 1e-300
-        inf_mass += math.exp(log_charge((n_win * delta) / t, delta)) * (1.0 + 1e-9)
+        inf_mass += math.exp(log_window_charge) * (1.0 + 1e-9)
     item = _comp.Item(pmf, 0, t, min(cell_rel, 0.5))
     masses, errors = _best_of_tilts(item, n_win, delta, t, direction)
     # each bin's mass raised by its round-off bound: a majorant of the exact masses (extra mass is harmless)
@@ -214,10 +240,18 @@ def _best_of_tilts(item, size: int, h: float, t: int, direction: str) -> Tuple[n
 def _thetas(item, size: int, direction: str) -> np.ndarray:
     """Tilts (index units) whose tilted t-fold means spread over the part of the window that matters to
     this order: below the mean ("remove": large losses at small sums), above it ("add"). Only a choice:
-    every theta gives valid bounds. The means come from ``approximate_cgf`` by finite differences."""
+    every theta gives valid bounds. The means are estimated on the pmf summed into blocks."""
     grid = np.concatenate([-np.geomspace(30.0, 1e-5, 120), [0.0], np.geomspace(1e-7, 1.0, 120)])
-    k = _comp.approximate_cgf(item.pmf, item.start, grid, item.count)
-    means = np.gradient(k, grid)  # increasing in theta
+    width = max(1, -(-len(item.pmf) // 4096))  # the pmf in blocks, each at its centroid (an estimate)
+    padded = np.zeros(-(-len(item.pmf) // width) * width)
+    padded[: len(item.pmf)] = item.pmf
+    blocks = padded.reshape(-1, width)
+    mass = blocks.sum(axis=1)
+    keep = mass > 0
+    centre = (blocks @ np.arange(width, dtype=np.float64))[keep] / mass[keep] + width * np.nonzero(keep)[0]
+    exponent = np.log(mass[keep])[None, :] + grid[:, None] * centre[None, :]
+    weights = np.exp(exponent - exponent.max(axis=1, keepdims=True))
+    means = item.count * (weights @ centre) / weights.sum(axis=1)
     mean0 = float(np.interp(0.0, grid, means))
     targets = (mean0 * np.geomspace(0.03, 1.0, _TILTS) if direction == "remove"
                else np.geomspace(mean0, max(2.0 * mean0, 0.9 * size), _TILTS))

@@ -52,7 +52,7 @@ def _pld_epsilon(z, t, delta, epochs=1):
 
 
 @pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
-@pytest.mark.parametrize("z", [1.0, 2.0])
+@pytest.mark.parametrize("z", [2.0])
 def test_upper_bound_holds_against_the_exact_t2_divergence(z):
     """The exact delta at our epsilon is at most delta (the bound holds), and at 97% of it above (tight)."""
     delta = 1e-4
@@ -86,8 +86,12 @@ def test_lower_bound_of_the_pld_accountant_is_not_claimed():
     assert result.epsilon_lower <= 0.0 < result.epsilon_upper
 
 
-def test_substitution_and_non_gaussian_are_refused():
+def test_substitution_non_gaussian_and_unresolved_small_t_are_refused():
+    """Refused events go to the RDP accountant. At t = 2, z = 0.9 the lattice cannot resolve small ratios
+    (every V_i in the lowest cell has probability ~1e-3: an infinite bound at any useful delta)."""
     from metadp.accounting.rdp_accountant import UnsupportedEventError
+    with pytest.raises(UnsupportedEventError, match="does not resolve t = 2"):
+        PldAccountant().compose(ev.RandomAllocation(2, ev.Gaussian(0.9)))
     with pytest.raises(UnsupportedEventError):
         PldAccountant("substitute").compose(ev.RandomAllocation(10, ev.Gaussian(1.0)))
     with pytest.raises(UnsupportedEventError):
@@ -110,7 +114,7 @@ def test_against_the_random_allocation_package(t):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("z,delta", [(0.8, 1e-3), (1.0, 1e-6), (3.0, 1e-5)])
+@pytest.mark.parametrize("z,delta", [(1.5, 1e-3), (2.0, 1e-6), (3.0, 1e-5)])
 def test_sweep_t2_exact(z, delta):
     eps = _pld_epsilon(z, 2, delta)
     assert _exact_delta_t2(z, eps) <= delta
