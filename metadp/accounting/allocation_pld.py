@@ -73,8 +73,8 @@ __all__ = ["AllocationPair", "allocation_pairs", "pld_resolves"]
 _U = 2.0**-53
 _CHARGE = 1e-13  # the window's charge to the infinity atom (add order), per pass: part of the bound at every delta
 _MAX_POINTS = 1 << 19  # the FFT window's most lattice points
-_TILTS = 7  # tilts per order; each window bin is read from the best
-_FINE_POINTS = 1 << 17  # a window this small is refined (small t: the small ratios need it)
+_TILTS = 5  # tilts per order; each window bin is read from the best
+_FINE_POINTS = 1 << 16  # a window this small is refined (small t: the small ratios need it)
 _PER_SD = 8.0  # V lattice points per standard deviation of V (at most 16 per unit)
 
 
