@@ -335,6 +335,8 @@ class AllocationBounds:
         delta, z, t, epochs: the query.
         scheme: "balls_in_bins" or "shuffle".
         gaussian: the exact epochs-fold single-Gaussian epsilon (no amplification).
+        upper_method: which bound gave ``upper``: "rdp" (:func:`allocation_upper`), "gaussian" (the shuffle's),
+            or "pld" (``metadp.accounting.allocation.certified_one_pass_bounds``).
     """
 
     lower: float
@@ -345,6 +347,7 @@ class AllocationBounds:
     epochs: int
     scheme: str
     gaussian: float
+    upper_method: str = "rdp"
 
 
 def one_pass_bounds(z: float, t: int, delta: float, epochs: int = 1, scheme: str = "balls_in_bins",
@@ -362,4 +365,5 @@ def one_pass_bounds(z: float, t: int, delta: float, epochs: int = 1, scheme: str
         lower, upper = shuffle_lower(z, t, delta, epochs, relation), gauss
     else:
         raise ValueError(f"scheme must be 'balls_in_bins' or 'shuffle', got {scheme!r}")
-    return AllocationBounds(min(lower, upper), upper, delta, z, t, epochs, scheme, gauss)
+    return AllocationBounds(min(lower, upper), upper, delta, z, t, epochs, scheme, gauss,
+                            "rdp" if scheme == "balls_in_bins" else "gaussian")

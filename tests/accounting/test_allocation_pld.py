@@ -80,6 +80,17 @@ def test_epochs_compose_as_repeated_passes():
 
 
 @pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
+def test_certified_one_pass_bounds_take_the_smaller_upper_and_say_which():
+    from metadp.accounting.allocation import certified_one_pass_bounds
+    found = certified_one_pass_bounds(1.0, 50, 1e-5, 2)
+    rdp = ab.one_pass_bounds(1.0, 50, 1e-5, 2)
+    assert found.upper_method == "pld" and rdp.upper_method == "rdp"
+    assert rdp.lower == found.lower <= found.upper < rdp.upper
+    small = certified_one_pass_bounds(0.9, 2, 1e-5)  # not resolved by the lattice: RDP
+    assert small.upper_method == "rdp" and small.upper == ab.allocation_upper(0.9, 2, 1e-5)
+
+
+@pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
 def test_lower_bound_of_the_pld_accountant_is_not_claimed():
     """The discrete pair dominates the allocation pair but is not dominated by it: no PLD lower bound."""
     result = PldAccountant(max_seconds=0.5).compose(ev.RandomAllocation(10, ev.Gaussian(1.0))).get_epsilon_bounds(1e-5)
