@@ -97,6 +97,16 @@ def test_lower_bound_of_the_pld_accountant_is_not_claimed():
     assert result.epsilon_lower <= 0.0 < result.epsilon_upper
 
 
+@pytest.mark.slow  # seconds (the one-pass FFT and the PLD refinement)
+def test_get_delta_is_the_inverse_of_get_epsilon():
+    """get_delta works on the pair without lower-bound masses (it raised numpy's zero-size ValueError) and
+    agrees with get_epsilon: delta at the certified epsilon(1e-5) is at most 1e-5 (to the tolerance)."""
+    acc = PldAccountant().compose(ev.RandomAllocation(50, ev.Gaussian(1.0)), 2)
+    eps = acc.get_epsilon(1e-5)
+    assert 2e-6 < acc.get_delta(eps) <= 1e-5 * (1 + 1e-2)
+    assert acc.get_delta(0.9 * eps) > 1e-5
+
+
 def test_substitution_non_gaussian_and_unresolved_small_t_are_refused():
     """Refused events go to the RDP accountant. At t = 2, z = 0.9 the lattice cannot resolve small ratios
     (every V_i in the lowest cell has probability ~1e-3: an infinite bound at any useful delta)."""
