@@ -77,6 +77,11 @@ def test_epochs_compose_as_repeated_passes():
         apart.compose(ev.RandomAllocation(20, ev.Gaussian(1.0)))
     assert once.get_epsilon(1e-5) == pytest.approx(apart.get_epsilon(1e-5), rel=5e-3)  # refinement by time
     assert once.get_epsilon(1e-5) > _pld_epsilon(1.0, 20, 1e-5, 1)
+    # the trainer's budget schedule: the trajectory over passes matches each count composed on its own
+    step = ev.RandomAllocation(20, ev.Gaussian(1.0))
+    path = PldAccountant().trajectory([1, 3], 1e-5, step_event=step)
+    alone = [PldAccountant().compose(step, k).get_epsilon(1e-5) for k in (1, 3)]
+    assert path == pytest.approx(alone, rel=5e-3)
 
 
 @pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
