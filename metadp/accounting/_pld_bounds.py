@@ -382,6 +382,8 @@ def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
     up, charge, _ = _upper(_items(lattices, "up"), lattices, None, h, max_memory, None, tau, x=epsilon)
     upper = min(1.0, up.upper_profile(epsilon) + charge)
     p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
+    if any(not np.any(item.pmf > 0) for item in p_items):  # a pair without lower-bound masses: trivial lower 0
+        return 0.0, upper
     tilted = _comp.tilt(p_items, up.theta)
     first, size, _, outside = _window(p_items, tilted, tau, max_memory)
     if epsilon < first * h:

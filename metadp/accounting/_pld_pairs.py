@@ -9,6 +9,7 @@ import math
 from typing import List, Tuple
 
 from metadp.accounting._rdp_events import UnsupportedEventError, effective_noise_multiplier
+from metadp.accounting.allocation_pld import allocation_pairs, pld_resolves
 from metadp.amplification.group import poisson_group_pairs
 from metadp.core import events as ev
 from metadp.mechanisms.episodic import episodic_record_pairs
@@ -134,6 +135,24 @@ def _(event: ev.PoolSubstitution, relation):
         return []
     z = _check_noise(event, event.inner.noise_multiplier / 2.0)  # the largest shift is 2C
     return [(_cached_pairs("pool", event.rate, 2.0 * z), 1)]
+
+
+@event_pairs.register
+def _(event: ev.RandomAllocation, relation):
+    # one pass as a discrete pair that dominates the allocation pair, upper bound only (allocation_pld)
+    if relation != "add_remove":
+        raise _pld_unsupported(event, "random allocation is analysed under the add_remove relation")
+    if not isinstance(event.inner, ev.Gaussian):
+        raise _pld_unsupported(event, "random allocation is analysed for a Gaussian inner mechanism only")
+    if math.isinf(event.inner.noise_multiplier):
+        return []
+    if event.steps == 1:
+        return event_pairs(event.inner, relation)
+    z = _check_noise(event, event.inner.noise_multiplier)
+    if not pld_resolves(z, event.steps):
+        raise _pld_unsupported(event, f"the allocation lattice does not resolve t = {event.steps} steps at noise {z:g} "
+                                      "(its bound would be infinite); the RDP accountant bounds it")
+    return [(allocation_pairs(z, event.steps), 1)]
 
 
 @event_pairs.register

@@ -6,14 +6,17 @@ The Monte Carlo certificate of a random-allocation pass lives with its pair in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Tuple
 
 from metadp.accounting.pld import PldAccountant
-from metadp.core.events import Gaussian, PoissonSampled
+from metadp.accounting.rdp_accountant import UnsupportedEventError
+from metadp.amplification.allocation_bounds import AllocationBounds, one_pass_bounds
+from metadp.core.events import Gaussian, PoissonSampled, RandomAllocation
 from metadp.core.validation import check_count, check_delta, check_positive
 
-__all__ = ["poisson_proxy_epsilon", "one_pass_comparison"]
+__all__ = ["poisson_proxy_epsilon", "one_pass_comparison", "certified_one_pass_bounds"]
 
 
 def poisson_proxy_epsilon(z: float, T: int, delta: float) -> float:
@@ -28,6 +31,20 @@ def poisson_proxy_epsilon(z: float, T: int, delta: float) -> float:
     T = check_count("T", T, minimum=1)
     delta = check_delta("delta", delta)
     return PldAccountant("add_remove").compose(PoissonSampled(1.0 / T, Gaussian(z)), T).get_epsilon(delta)
+
+
+def certified_one_pass_bounds(z: float, t: int, delta: float, epochs: int = 1) -> AllocationBounds:
+    """``metadp.amplification.one_pass_bounds`` for random allocation with the PLD upper bound as well
+    (``metadp.accounting.allocation_pld``): ``upper`` is the smaller of the RDP and PLD bounds (both
+    certified) and ``upper_method`` says which ("rdp" where the PLD lattice does not resolve the pass)."""
+    found = one_pass_bounds(z, t, delta, epochs)
+    try:
+        pld = PldAccountant().compose(RandomAllocation(t, Gaussian(z)), epochs).get_epsilon(delta)
+    except UnsupportedEventError:
+        return found
+    if pld < found.upper:
+        found = dataclasses.replace(found, upper=pld, lower=min(found.lower, pld), upper_method="pld")
+    return found
 
 
 def one_pass_comparison(sampling, relation: str, inner, steps: int, delta: float, lower: float,

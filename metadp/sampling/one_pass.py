@@ -76,8 +76,9 @@ class BallsInBins(Sampling):
     ``population`` and ``batch_size`` (the expected batch; ``steps_per_pass = population / batch_size``).
 
     Plans charge each pass ``RandomAllocation(steps_per_pass, inner)``: the RDP accountant bounds it
-    (``metadp.amplification.allocation_bounds``: exact RDP of one order, a proved bound on the other),
-    and :meth:`epsilon_lower` gives a certified lower bound (the max-over-steps event), so a plan's report
+    (``metadp.amplification.allocation_bounds``: exact RDP of one order, a proved bound on the other), and
+    so does the PLD accountant (``metadp.accounting.allocation_pld``: a discrete pair that dominates the
+    allocation pair; usually much tighter), the smaller reported; :meth:`epsilon_lower` gives a certified lower bound (the max-over-steps event), so a plan's report
     prints [lower, upper]. The trainer charges :meth:`pass_event` (``inner``: the single-Gaussian bound,
     valid whatever the allocation, which its PLD accountant can compose)."""
 
@@ -89,8 +90,9 @@ class BallsInBins(Sampling):
     citations: ClassVar[Tuple[str, ...]] = ("feldman2025random", "chua2025balls")
     basis: ClassVar[str] = ("one pass, each unit in exactly one step: single Gaussian per pass, no amplification "
                             "(DESIGN.md 3.9a)")
-    plan_basis: ClassVar[str] = ("random allocation, each unit in one uniformly random step a pass: RDP of the "
-                                 "allocation pair (metadp.amplification.allocation_bounds)")
+    plan_basis: ClassVar[str] = ("random allocation, each unit in one uniformly random step a pass: the allocation "
+                                 "pair's RDP (metadp.amplification.allocation_bounds) or PLD "
+                                 "(metadp.accounting.allocation_pld), the smaller")
 
     def __post_init__(self):
         check_count("population", self.population, minimum=1)
