@@ -76,7 +76,7 @@ def predicted_power(plan, noise_multiplier: float, clip: float, m: int, defect: 
     sigma = z * clip / (noise_factor if defect == "low-noise" else 1.0)
     n = plan.sampling.population
     batch = max(1, round(q * n))
-    cover = np.arange(steps) * batch  # step t of the cyclic order takes rows cover[t], ..., cover[t] + batch - 1 (mod n)
+    cover = np.arange(steps) * batch  # step t of the cyclic order: rows cover[t], ..., cover[t] + batch - 1 (mod n)
 
     def scores(count, rng, present):
         shift = shift_in if present else shift_out

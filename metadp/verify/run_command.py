@@ -118,8 +118,8 @@ def audit_table(r: dict) -> str:
         run = "; the run's record view" if b["certified_by_the_run"] else ""
         lines.append(f"    record bound, {b['bound']:<22} epsilon <= {b['epsilon_display']} (upper bound, "
                      f"{b['accountant'].upper()}: {b['event']}{run})")
-    lines.append(f"  empirical     epsilon >= {r['epsilon_lower_display']} (lower bound at confidence {r['confidence']:g}, "
-                 f"rounded down; {r['tests']} tests, Bonferroni)")
+    lines.append(f"  empirical     epsilon >= {r['epsilon_lower_display']} (lower bound at confidence "
+                 f"{r['confidence']:g}, rounded down; {r['tests']} tests, Bonferroni)")
     for s in r["scorers"]:
         lines.append(f"    {s['scorer']:<11} {s['correct']}/{s['guesses']} guesses correct (top and bottom {s['k']}): "
                      f"epsilon >= {format_lower(s['epsilon_lower'])}")

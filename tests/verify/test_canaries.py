@@ -60,11 +60,16 @@ def test_correct_run_record_level_reports_both_record_bounds():
     # the revealed bound is an upper bound, within 1% of the exact epsilon of its pair at delta = 1e-5
     q, eps = 6 / 60, revealed["epsilon"]
     assert _revealed_delta(eps, q, 1.0, 6) <= 1e-5 * (1 + 1e-9) < _revealed_delta(0.99 * eps, q, 1.0, 6)
-    # composed afresh (no run), the pooled bound is the run's ledger's
-    fresh = record_bounds(plan, 1.0, 6, 1e-5, None)
-    assert not fresh[0]["certified_by_the_run"]
-    assert fresh[0]["epsilon"] == pytest.approx(pooled["epsilon"], rel=1e-3)
-    assert fresh[1]["epsilon"] == pytest.approx(revealed["epsilon"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_record_bounds_composed_afresh_match_the_runs_ledger():
+    plan = _plan(60, 6, 1.0, 6)
+    r = run_canary_audit(plan, canaries=20, view="record", seed=0, **TINY)
+    fresh = record_bounds(plan, 1.0, 6, 1e-5, None)  # no run view: both composed by a fresh PLD accountant
+    assert not any(b["certified_by_the_run"] for b in fresh)
+    assert fresh[0]["epsilon"] == pytest.approx(r["record_bounds"][0]["epsilon"], rel=1e-3)
+    assert fresh[1]["epsilon"] == pytest.approx(r["record_bounds"][1]["epsilon"], rel=1e-9)
 
 
 def test_cli_run_json_and_refusals(tmp_path, capsys):
@@ -89,29 +94,26 @@ def test_cli_run_json_and_refusals(tmp_path, capsys):
     assert "--canary-kind" in capsys.readouterr().err
 
 
-AUDIT_PLAN = dict(population=200, batch=2, z=1.0, steps=300)  # benchmarks/audit_sinusoid.toml
-
-
-_LOW_NOISE_GAP = pytest.mark.xfail(strict=True, reason=(
-    "observed (seed 0): with data canaries the low-noise control is missed (white box 16/20 correct at k = 10, "
-    "lower bound 0 < 1.069) although the idealised game, which ignores the other tasks' gradients along the "
-    "canary's, predicts power 1.00: in the 321-parameter MLP the tasks' meta-gradients share a few directions and "
-    "the whitened score cannot separate them at rate 0.01. Gradient (Dirac) canaries catch it (below)"))
+AUDIT_PLAN = dict(population=200, batch=2, z=1.0, steps=300)  # benchmarks/audit_sinusoid.toml, 100 canaries
+# benchmarks/audit_sinusoid_record.toml, 300 canaries: the same rate, noise and steps (record bound 3.325); 100
+# canaries cannot show more than 2.87, so the record view's low-noise control has predicted power 0 there
+RECORD_PLAN = dict(population=600, batch=6, z=1.0, steps=300)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("view,defect,kind", [
-    ("task", None, "gradient"), ("record", None, "gradient"), ("task", "low-noise", "gradient"),
-    ("record", "low-noise", "gradient"), ("task", "no-clipping", "gradient"), ("task", "fixed-order", "gradient"),
-    pytest.param("task", "low-noise", "data", marks=_LOW_NOISE_GAP)])
-def test_audit_plan_correct_runs_consistent_controls_flagged(view, defect, kind):
-    """The README's audits (seed 0): the correct runs consistent, each planted defect flagged, with the power the
-    idealised game predicts >= 0.85 (README table)."""
-    p = AUDIT_PLAN
-    r = run_canary_audit(_plan(p["population"], p["batch"], p["z"], p["steps"]), canaries=100, view=view,
-                         defect=defect, kind=kind, seed=0, beta=0.05, sizes=(1, 16, 16, 1))
+@pytest.mark.parametrize("view,defect", [("task", None), ("record", None), ("task", "low-noise"),
+                                         ("record", "low-noise"), ("task", "no-clipping"), ("task", "fixed-order")])
+def test_audit_plan_correct_runs_consistent_controls_flagged(view, defect):
+    """The README's audits with gradient canaries (seed 0): the correct runs consistent, each planted defect
+    flagged, with the power the idealised game predicts >= 0.85 (README table). (Data canaries miss the
+    low-noise control on this plan: white box 16/20 right at k = 10, bound 0 < 1.069, README.)"""
+    p, m = (RECORD_PLAN, 300) if view == "record" else (AUDIT_PLAN, 100)
+    r = run_canary_audit(_plan(p["population"], p["batch"], p["z"], p["steps"]), canaries=m, view=view,
+                         defect=defect, kind="gradient", seed=0, beta=0.05, sizes=(1, 16, 16, 1))
     if defect is None:
         assert r["verdict"] == "consistent" and r["epsilon_lower"] <= r["certified"]["epsilon"]
     else:
         assert r["control"]["defect"] == defect and r["control"]["predicted_power"] >= 0.85
         assert r["verdict"] == "VIOLATION" and r["epsilon_lower"] > r["certified"]["epsilon"]
+    if view == "record":
+        assert all(r["epsilon_lower"] <= b["epsilon"] for b in r["record_bounds"]) == (defect is None)
