@@ -1,5 +1,6 @@
-"""``metadp verify run ALGO --plan FILE --data NAME --canaries M``: audit a real training run with canaries
-(``metadp.verify.canaries``; torch, loaded only when the command runs). Exit status: 0 consistent,
+"""``metadp verify run ALGO --plan FILE --data NAME --canaries M [--canary-kind gradient|data] [--view record]``:
+audit a real training run with canaries (``metadp.verify.canaries``; torch, loaded only when the command runs;
+gradient canaries by default, ``metadp.verify.gradient_canaries``). Exit status: 0 consistent,
 1 VIOLATION (the empirical lower bound exceeds the run's certified epsilon; for a ``--plant-defect``
 control, that is the control being caught), 2 bad input.
 """
@@ -73,6 +74,11 @@ def check_run_input(args) -> None:
                          f"population), got {args.canaries}")
     if args.hidden is not None and not 1 <= args.hidden <= 4096:
         raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
+    width = args.hidden or 40
+    size = width * width + 4 * width + 1  # the 1-W-W-1 MLP's parameters
+    if (args.canary_kind or "gradient") == "gradient" and args.canaries > size:
+        raise ValueError(f"--canaries: gradient canaries take one parameter coordinate each, at most {size} with "
+                         f"--hidden {width}, got {args.canaries} (use a wider --hidden or --canary-kind data)")
     if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and args.outer_lr > 0):
         raise ValueError(f"--outer-lr must be a finite number > 0, got {args.outer_lr:g}")
     if importlib.util.find_spec("torch") is None:

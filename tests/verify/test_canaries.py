@@ -82,7 +82,8 @@ def test_cli_run_json_and_refusals(tmp_path, capsys):
     assert out["verdict"] == "consistent" and out["bound"] == "lower" and out["certified"]["bound"] == "upper"
     assert out["canary_kind"] == "gradient" and {s["scorer"] for s in out["scorers"]} == {"white-box", "final-model"}
     for argv, flag in ((["--canaries", "30"], "--canaries"), (["--data", "glyphs"], "--data"),
-                       (["--samples", "10"], "--samples"), (["--canary-kind", "dirac"], "--canary-kind")):
+                       (["--samples", "10"], "--samples"), (["--canary-kind", "dirac"], "--canary-kind"),
+                       (["--hidden", "1"], "--canaries")):  # 1-1-1-1: 6 parameters, fewer than 10 canaries
         base = ["verify", "run", "dp-maml", "--plan", str(plan), "--data", "sinusoid", "--canaries", "10"]
         args = base + argv
         assert main(args) == 2
