@@ -108,8 +108,9 @@ def test_no_clipping_lets_the_whole_canary_vector_through():
     np.testing.assert_allclose(np.linalg.norm(a, axis=1), GRADIENT_NORM * 0.5)
 
 
-# 100 tasks (50 gradient canaries), Poisson rate 0.02, z = 1.5, 150 steps: certified 0.80 (PLD); the
-# idealised game predicts power 0.93 (RDP claim 0.86) for the low-noise control
+# 100 tasks (50 gradient canaries), Poisson rate 0.02, z = 1.5, 150 steps: certified 0.7520 (PLD); the idealised
+# game predicts power 0.845 (200 games) for the low-noise control. Observed (seed 0, MLP 1-8-8-1): the correct run
+# consistent, the control caught; about 3 minutes each on 2 loaded cores
 SMALL = dict(population=100, batch=2, z=1.5, steps=150)
 
 
