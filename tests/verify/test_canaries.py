@@ -118,3 +118,21 @@ def test_audit_plan_correct_runs_consistent_controls_flagged(view, defect):
         assert r["verdict"] == "VIOLATION" and r["epsilon_lower"] > r["certified"]["epsilon"]
     if view == "record":
         assert all(r["epsilon_lower"] <= b["epsilon"] for b in r["record_bounds"]) == (defect is None)
+
+
+def test_table_shows_both_record_bounds_beside_the_empirical_one():
+    from metadp.verify.run_command import audit_table
+
+    bound = lambda name, eps, run: {"bound": name, "epsilon": eps, "epsilon_display": f"{eps:.4g}",  # noqa: E731
+                                    "event": name.upper(), "accountant": "pld", "certified_by_the_run": run}
+    r = {"algorithm": "dp-maml", "plan": "p", "view": "record", "control": None, "canaries": 300,
+         "canary_kind": "gradient", "canaries_included": 150, "steps": 300, "delta": 1e-5, "confidence": 0.95,
+         "certified": {"epsilon_display": "3.325", "accountant": "pld"}, "epsilon_lower_display": "0.5", "tests": 12,
+         "scorers": [], "verdict": "consistent", "method": "m",
+         "record_bounds": [bound("pool substitution", 3.325, True), bound("sampled tasks revealed", 36.31, False)]}
+    lines = audit_table(r).splitlines()
+    pooled = next(x for x in lines if "pool substitution" in x)
+    revealed = next(x for x in lines if "sampled tasks revealed" in x)
+    assert "epsilon <= 3.325" in pooled and "the run's record view" in pooled
+    assert "epsilon <= 36.31" in revealed and "the run's" not in revealed
+    assert lines.index(revealed) < next(i for i, x in enumerate(lines) if "empirical" in x)
