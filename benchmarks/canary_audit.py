@@ -1,11 +1,13 @@
 """The README's "Auditing a real run" figure: one-run canary audits (``metadp verify run``) of the trainer
-on sinusoid, the correct run at task and record level and the three planted controls, with one fixed seed.
+on sinusoid, the correct run at task and record level and the planted controls, with one fixed seed.
 
-    python benchmarks/canary_audit.py docs/figures/canary_audit.png            # all five audits, then the figure
-    python benchmarks/canary_audit.py docs/figures/canary_audit.png task:low-noise record:none   # some of them
+    python benchmarks/canary_audit.py docs/figures/canary_audit.png            # every audit of RUNS, then the figure
+    python benchmarks/canary_audit.py docs/figures/canary_audit.png task:low-noise record:none:data   # some of them
 
-Each audit is written to ``<figure>.<view>-<control>.json`` (kept: the figure is drawn from every such
-file present). About 3 minutes an audit on an idle core (8 minutes on 2 shared, loaded cores).
+A run is ``view:control[:kind]`` (kind: ``gradient``, the default, Dirac canaries; ``data``, canary tasks or
+records). Each audit is written to ``<figure>.<view>-<control>-<kind>.json`` (kept: the figure is drawn
+from every such file present). Gradient canaries: about 3 minutes an audit on 2 shared, loaded cores;
+data canaries: 4.5 to 8.5 minutes there.
 """
 
 from __future__ import annotations
@@ -20,21 +22,31 @@ from metadp.verify.canaries import run_canary_audit
 from metadp.verify.run_command import audit_table, plot_canary_audits
 
 PLAN = Path(__file__).resolve().parent / "audit_sinusoid.toml"
-RUNS = ("task:none", "record:none", "task:low-noise", "task:no-clipping", "task:fixed-order")
+# the record view: 300 canaries (100 cannot show more than 2.87 < the record bound 3.325)
+RECORD_PLAN = Path(__file__).resolve().parent / "audit_sinusoid_record.toml"
+RUNS = ("task:none", "record:none", "task:low-noise", "record:low-noise", "task:no-clipping", "task:fixed-order",
+        "task:low-noise:data")
+
+
+def _parse(run: str):
+    view, defect, *kind = run.split(":")
+    return view, defect, kind[0] if kind else "gradient"
 
 
 def main(path: str, runs) -> None:
-    plan = load_plan(PLAN)
     for run in runs:
-        view, defect = run.split(":")
+        view, defect, kind = _parse(run)
+        wide = view == "record"
+        plan_file = RECORD_PLAN if wide else PLAN
         start = time.time()
-        r = run_canary_audit(plan, canaries=100, view=view, defect=None if defect == "none" else defect, seed=0,
-                             beta=0.05, sizes=(1, 16, 16, 1))
+        r = run_canary_audit(load_plan(plan_file), canaries=300 if wide else 100, view=view,
+                             defect=None if defect == "none" else defect, kind=kind, seed=0, beta=0.05,
+                             sizes=(1, 16, 16, 1))
         r["seconds"] = round(time.time() - start, 1)
-        r["plan_file"] = "benchmarks/audit_sinusoid.toml"
+        r["plan_file"] = f"benchmarks/{plan_file.name}"
         print(audit_table(r), f"\n[{r['seconds']} s]\n", flush=True)
-        Path(f"{path}.{view}-{defect}.json").write_text(json.dumps(r, indent=1))
-    found = [Path(f"{path}.{run.replace(':', '-')}.json") for run in RUNS]
+        Path(f"{path}.{view}-{defect}-{kind}.json").write_text(json.dumps(r, indent=1))
+    found = [Path(f"{path}.{'-'.join(_parse(run))}.json") for run in RUNS]
     results = [json.loads(f.read_text()) for f in found if f.exists()]
     if results:
         plot_canary_audits(results, path)

@@ -141,7 +141,9 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
 
     ``audit``: test instrumentation of a canary audit (``metadp.verify.canaries``; never set by ``metadp
     train``). An object with ``attach(run)`` (called once, before the first step: it may wrap
-    ``run.sampler``, e.g. to leave out the canaries the audit excluded), ``clipping(on)``,
+    ``run.sampler``, e.g. to leave out the canaries the audit excluded), ``contributions(fn)`` (the
+    per-task contribution function the step uses, possibly wrapped: gradient canaries replace their rows'
+    contributions before the clip, sum and noise below run on them), ``clipping(on)``,
     ``release_std(std)`` and ``observe(step, params, release, std)`` (each release, after its noise and
     before the update uses it). An honest audit returns ``on`` and ``std`` unchanged; the audit's planted
     defects (its controls) change them, and such a run's guarantee is void (its report says so).
@@ -207,6 +209,10 @@ class _Unaudited:
     """What ``_loop`` asks an audit, when there is none: every value as the run computed it."""
 
     @staticmethod
+    def contributions(fn):
+        return fn
+
+    @staticmethod
     def clipping(on: bool) -> bool:
         return on
 
@@ -226,7 +232,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
           engine=None, audit=_UNAUDITED) -> TrainResult:
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
     alg = c.family
-    contribution = contribution_of(alg)
+    contribution = audit.contributions(contribution_of(alg))
     clipped_sum = _clipped_sum if engine is None else engine.clipped_sum
     optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
     done, losses = 0, []

@@ -2,30 +2,38 @@
 
 The trainer itself (``metadp.training.trainer.train``, a plan run or its flag form) trains on a pool
 holding m canaries, each included independently with probability 1/2 (Steinke, Nasr & Jagielski 2023,
-arXiv:2305.08846):
+arXiv:2305.08846). Two kinds (``kind``):
 
-* task level: a canary is a whole task (a sinusoid of amplitude ``amplitude``, far above the pool's
-  0.1-5, so its meta-gradient is clipped at C); an excluded canary is absent (its slot is never
-  sampled: removal under add/remove);
-* record level: a canary is one support record (x, y = +-``amplitude``) inside one host task of the
-  pool; excluded, the host keeps its own point there. The record view bounds any change of one record
-  (its task's clipped contribution moves by at most 2C whenever sampled), so the game is covered.
+* ``gradient`` (default; ``metadp.verify.gradient_canaries``): Dirac canaries. A canary is a pool row
+  whose contribution, before the trainer's own clip, sum and noise, is replaced through the trainer's
+  ``audit.contributions`` hook by a fixed vector along one parameter coordinate: task level, the row is
+  a task present only when included; record level, the row is the canary record's host task and its
+  contribution is + the vector with the record and - the vector without it (the C-ball the record view
+  certifies). Legitimate neighbours under the guarantee (it holds for every contribution function), and
+  off the pool's gradient subspace (Nasr et al. 2023, arXiv:2302.07956; Steinke et al. 2023, Sec. 7).
+* ``data``: task level, a canary is a whole task (a sinusoid of amplitude ``amplitude``, far above the
+  pool's 0.1-5, so its meta-gradient is clipped at C); an excluded canary is absent (its slot is never
+  sampled: removal under add/remove). Record level, a canary is one support record (x, y =
+  +-``amplitude``) inside one host task of the pool; excluded, the host keeps its own point there.
 
 Scores, after training:
 
-* white box (Nasr et al. 2023, arXiv:2302.07956, gradient-space auditing): at every step the audit
-  sees the release R_t (the noisy sum, recorded as the trainer makes it) and the parameters it was
-  computed at. For each canary it computes the clipped contribution with the canary in (a_i) and out
-  (b_i; 0 for a task), and for every other row of the pool its clipped contribution; it subtracts the
-  release's expectation given what it knows (each row times its sampling probability; a canary's
-  (a + b) / 2), projects onto u_i = (a_i - b_i) / |a_i - b_i| and adds the log-likelihood ratio of
-  "in" against "out" of that projection under the step's sampling law: a Gaussian mixture with the
-  noise and the other rows' sampling variance along u_i. Summed over steps.
-* black box: minus the final model's MAML query loss on the canary's task.
+* white box (Nasr et al. 2023, gradient-space auditing): at every step the audit sees the release R_t
+  (the noisy sum, recorded as the trainer makes it) and the parameters it was computed at. For each
+  canary it has the clipped contribution with the canary in (a_i) and out (b_i; 0 for a task) (the
+  canary's meta-gradient at that step for ``data``, the clipped canary vector for ``gradient``), and for
+  every other row of the pool its clipped contribution; it subtracts the release's expectation given
+  what it knows (each row times its sampling probability; a canary's (a + b) / 2), projects onto
+  u_i = (a_i - b_i) / |a_i - b_i| whitened against the noise and the other rows' sampling variance, and
+  adds the log-likelihood ratio of "in" against "out" of that projection under the step's sampling law.
+  Summed over steps.
+* black box (``data``): minus the final model's MAML query loss on the canary's task. Final model
+  (``gradient``): the final parameters' move along the canary's direction.
 
 ``guess_and_bound`` (``metadp.verify.one_run``) turns the scores into the empirical epsilon lower bound
 at confidence 1 - beta, compared with the run's certified epsilon for the view: ``consistent`` when no
-test rejects it, ``VIOLATION`` otherwise.
+test rejects it, ``VIOLATION`` otherwise. The record view's report also lists both certified record
+bounds metadp gives for the plan (``metadp.verify.canary_bounds.record_bounds``).
 
 Controls (``defect``; planted only here, through the trainer's ``audit`` instrumentation, and each
 says in the report that it is a control, whose guarantee is void): ``low-noise`` (the noise 5x below
@@ -54,9 +62,11 @@ from metadp.training.plan_run import plan_settings
 from metadp.training.tasks import SinusoidPool
 from metadp.training.trainer import TrainConfig, stream_seed, train
 from metadp.training import algorithms
-from metadp.verify.one_run import guess_and_bound, simulated_power
+from metadp.verify.canary_bounds import certified_view, predicted_power, record_bounds
+from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries
+from metadp.verify.one_run import guess_and_bound, mixture_llr
 
-__all__ = ["DEFECTS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR"]
+__all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR"]
 
 NOISE_FACTOR = 5.0
 DEFECTS = {
@@ -65,6 +75,7 @@ DEFECTS = {
     "fixed-order": "Poisson sampling replaced by a fixed cyclic order of the pool (known to the auditor)",
 }
 VIEWS = ("task", "record")
+KINDS = ("gradient", "data")
 CITATION = ("Steinke, Nasr & Jagielski 2023, Privacy Auditing with One (1) Training Run, arXiv:2305.08846 (main "
             "theorem and Algorithm 2); white-box gradient scores after Nasr et al. 2023, arXiv:2302.07956")
 
@@ -94,7 +105,8 @@ class _Pool:
 @dataclasses.dataclass
 class _Canaries:
     """The pool as trained (``pool``), with every canary in (``pool_in``) and out (``pool_out``), and the
-    canary rows (the pool's last m) and which are included."""
+    canary rows (the pool's last m) and which are included. Gradient canaries keep their rows' data (their
+    contributions are replaced in the run: ``metadp.verify.gradient_canaries``)."""
 
     pool: _Pool
     pool_in: _Pool
@@ -102,15 +114,19 @@ class _Canaries:
     rows: torch.Tensor
     included: np.ndarray
     view: str
+    kind: str
 
 
-def _canaries(population: int, m: int, view: str, amplitude: float, seed: int) -> _Canaries:
+def _canaries(population: int, m: int, view: str, amplitude: float, seed: int, kind: str) -> _Canaries:
     base = SinusoidPool(population, 10, 10, seed=seed)
     x, y = base._x.clone(), base._y.clone()
     g = torch.Generator().manual_seed(stream_seed(seed, "canaries"))
     rows = torch.arange(population - m, population)
     included = (torch.rand(m, generator=g, dtype=torch.float64) < 0.5).numpy()
     x_in, y_in = x.clone(), y.clone()
+    if kind == "gradient":
+        pool = _Pool(x, y, 10)
+        return _Canaries(pool, pool, pool, rows, included, view, kind)
     if view == "task":  # a whole task: a sinusoid of large amplitude (its meta-gradient is clipped at C)
         phase = math.pi * torch.rand(m, 1, 1, generator=g, dtype=torch.float64)
         xs = -5.0 + 10.0 * torch.rand(m, x.shape[1], 1, generator=g, dtype=torch.float64)
@@ -124,7 +140,8 @@ def _canaries(population: int, m: int, view: str, amplitude: float, seed: int) -
     keep = torch.as_tensor(included)
     x_run, y_run = x_out.clone(), y_out.clone()
     x_run[rows[keep]], y_run[rows[keep]] = x_in[rows[keep]], y_in[rows[keep]]
-    return _Canaries(_Pool(x_run, y_run, 10), _Pool(x_in, y_in, 10), _Pool(x_out, y_out, 10), rows, included, view)
+    return _Canaries(_Pool(x_run, y_run, 10), _Pool(x_in, y_in, 10), _Pool(x_out, y_out, 10), rows, included, view,
+                     kind)
 
 
 class _Sampler:
@@ -147,7 +164,8 @@ class _Sampler:
             mask[rows] = True
             self.probabilities = mask.to(torch.float64)
         self._step += 1
-        return mask & ~self.absent
+        self.last = mask & ~self.absent  # this step's draw (tests check releases against it)
+        return self.last
 
     def state_dict(self):
         return dict(self.inner.state_dict(), audit_step=self._step)
@@ -158,10 +176,11 @@ class _Sampler:
 
 
 class CanaryAudit:
-    """The trainer's ``audit`` instrumentation (``train(..., audit=...)``): leaves out excluded canaries,
-    plants ``defect`` (a control, or None), and scores the canaries on every release (module docstring)."""
+    """The trainer's ``audit`` instrumentation (``train(..., audit=...)``): leaves out excluded canary
+    tasks, puts gradient canaries' vectors in their rows' contributions, plants ``defect`` (a control, or
+    None), and scores the canaries on every release (module docstring)."""
 
-    def __init__(self, canaries: _Canaries, model, loss_fn, config: TrainConfig, defect: Optional[str]):
+    def __init__(self, canaries: _Canaries, model, loss_fn, config: TrainConfig, defect: Optional[str], seed: int):
         if defect is not None and defect not in DEFECTS:
             raise ValueError(f"defect must be one of {sorted(DEFECTS)} or None, got {defect!r}")
         self.k, self.model, self.loss_fn, self.c, self.defect = canaries, model, loss_fn, config, defect
@@ -169,6 +188,15 @@ class CanaryAudit:
         self.scores = np.zeros(m)
         self.steps = 0
         self.sampler = None
+        self.start = {n: p.detach().clone() for n, p in F.param_dict(model).items()}  # the model before training
+        self.names = list(self.start)
+        self.dirac, self._pair = None, None
+        if canaries.kind == "gradient":
+            self.dirac = DiracCanaries(self.start, canaries.rows, canaries.pool.size, config.clip,
+                                       torch.Generator().manual_seed(stream_seed(seed, "gradient-canaries")))
+            included = torch.as_tensor(canaries.included)
+            # task: an excluded canary task is absent (never sampled); record: minus the vector without the record
+            self.dirac.set_run(torch.where(included, 1.0, 0.0 if canaries.view == "task" else -1.0))
 
     # -- the trainer's hooks ---------------------------------------------------------------------
     def attach(self, run) -> None:
@@ -181,6 +209,9 @@ class CanaryAudit:
         self.sampler = run.sampler = _Sampler(run.sampler, absent, batch)
         self.threshold = run.policy.threshold
 
+    def contributions(self, fn):
+        return fn if self.dirac is None else self.dirac.wrap(fn)
+
     def clipping(self, on: bool) -> bool:
         return False if self.defect == "no-clipping" else on
 
@@ -192,12 +223,30 @@ class CanaryAudit:
         self.scores += self._step_llr(params, release, std)
 
     # -- scoring ---------------------------------------------------------------------------------
+    def _clipped(self, grads) -> np.ndarray:
+        """name -> [B, ...] contributions, clipped as the run clips them, flat in the model's order: [B, P]."""
+        if self.defect != "no-clipping" and math.isfinite(self.threshold):
+            grads, _ = F.clip(grads, self.threshold, self.c.clip_mode)
+        return torch.cat([grads[n].reshape(grads[n].shape[0], -1) for n in self.names], dim=1).double().numpy()
+
     def _flat(self, pool: _Pool, rows: torch.Tensor, params) -> np.ndarray:
         alg = self.c.family
         grads, _ = contribution_of(alg)(alg, self.model, params, pool, rows, self.loss_fn, self.c, None)
-        if self.defect != "no-clipping" and math.isfinite(self.threshold):
-            grads, _ = F.clip(grads, self.threshold, self.c.clip_mode)
-        return torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1).double().numpy()
+        return self._clipped(grads)
+
+    def _canary_pair(self, params):
+        """[m, P] clipped contributions of each canary in (a) and out (b) at ``params``."""
+        k = self.k
+        if self.dirac is not None:  # fixed vectors: computed once
+            if self._pair is None:
+                m = k.rows.numel()
+                a = self._clipped(self.dirac.vectors(torch.ones(m)))
+                b = self._clipped(self.dirac.vectors(-torch.ones(m))) if k.view == "record" else np.zeros_like(a)
+                self._pair = a, b
+            return self._pair
+        a = self._flat(k.pool_in, k.rows, params)
+        b = self._flat(k.pool_out, k.rows, params) if k.view == "record" else np.zeros_like(a)
+        return a, b
 
     def _step_llr(self, params, release, std) -> np.ndarray:
         """Each canary's log-likelihood ratio, in against out, of this release (module docstring).
@@ -215,9 +264,8 @@ class CanaryAudit:
         probs = self.sampler.probabilities.numpy()
         p_base, p_can = probs[base_rows.numpy()], probs[k.rows.numpy()]
         g = self._flat(k.pool, base_rows, params)  # [N - m, P]
-        a = self._flat(k.pool_in, k.rows, params)  # [m, P]
-        b = self._flat(k.pool_out, k.rows, params) if k.view == "record" else np.zeros_like(a)
-        r = torch.cat([v.reshape(-1) for v in release.values()]).double().numpy()
+        a, b = self._canary_pair(params)  # [m, P] each
+        r = torch.cat([release[n].reshape(-1) for n in self.names]).double().numpy()
         mid = 0.5 * (a + b)
         expected = p_base @ g + p_can @ mid
         rows = [g * np.sqrt(p_base * (1 - p_base))[:, None], a * np.sqrt(0.5 * p_can)[:, None]]
@@ -233,7 +281,14 @@ class CanaryAudit:
         s = np.sqrt(np.maximum(np.einsum("ij,ij->i", w, d), 1e-300))
         t = (w @ (r - expected) + p_can * np.einsum("ij,ij->i", w, mid)) / s
         mean_in, mean_out = np.einsum("ij,ij->i", w, a) / s, np.einsum("ij,ij->i", w, b) / s
-        return _mixture_llr(t, p_can, mean_in, mean_out, np.ones_like(t))
+        return mixture_llr(t, p_can, mean_in, mean_out, np.ones_like(t))
+
+    def final_scores(self, params) -> Dict[str, np.ndarray]:
+        """The score of the final model alone: ``black_box`` (data canaries) or the move along each
+        gradient canary's direction (``final-model``)."""
+        if self.dirac is not None:
+            return {"final-model": self.dirac.final_model_scores(self.start, params, self.c.family.update_sign)}
+        return {"black-box": self.black_box(params)}
 
     def black_box(self, params) -> np.ndarray:
         """Minus the final model's MAML query loss on each canary's task (with the canary in)."""
@@ -241,29 +296,6 @@ class CanaryAudit:
         _, losses = F.per_task_meta_grads_and_losses(self.model, params, k.pool_in.batch(k.rows), self.loss_fn,
                                                      c.inner_steps, c.inner_lr, c.first_order)
         return -losses.double().numpy()
-
-
-def _mixture_llr(y, p, mean_in, mean_out, var) -> np.ndarray:
-    """log of [(1-p) N(y; 0, var) + p N(y; mean_in, var)] / [(1-p) N(y; 0, var) + p N(y; mean_out, var)]."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # p = 0 or 1: log 0 = -inf, and -inf - -inf where p = 0
-        log_rest, log_p = np.log1p(-p), np.log(p)
-        zero = log_rest - y**2 / (2 * var)
-        num = np.logaddexp(zero, log_p - (y - mean_in) ** 2 / (2 * var))
-        den = np.logaddexp(zero, log_p - (y - mean_out) ** 2 / (2 * var))
-        return np.where(p > 0, num - den, 0.0)
-
-
-def _certified(report: dict, view: str):
-    """(epsilon, accountant) of ``view`` in a run's ``privacy_report.json`` (None: no such guarantee)."""
-    if report.get("unit") == view and report.get("epsilon") is not None:
-        return float(report["epsilon"]), report.get("accountant")
-    for other in report.get("other_units", ()):
-        if other.get("unit") == view and other.get("epsilon") is not None:
-            return float(other["epsilon"]), other.get("accountant")
-    for v in report.get("views", ()):
-        if v.get("view") == view and v.get("epsilon") is not None:
-            return float(v["epsilon"]), v.get("accountant")
-    return None, None
 
 
 def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Optional[float], inner_lr: float,
@@ -276,9 +308,9 @@ def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Opt
 
 
 def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, view: str = "task",
-                     defect: Optional[str] = None, beta: float = 0.05, amplitude: float = 50.0, clip: float = 1.0,
-                     outer_lr: Optional[float] = None, seed: int = 0, out_dir=None, first_order: bool = True,
-                     sizes=(1, 40, 40, 1), power_runs: int = 200) -> Dict:
+                     defect: Optional[str] = None, kind: str = "gradient", beta: float = 0.05,
+                     amplitude: float = 50.0, clip: float = 1.0, outer_lr: Optional[float] = None, seed: int = 0,
+                     out_dir=None, first_order: bool = True, sizes=(1, 40, 40, 1), power_runs: int = 200) -> Dict:
     """Trains ``plan`` with ``canaries`` canaries (module docstring) and audits the run.
 
     Task view: the plan run itself (``train(..., plan=plan)``). Record view: the same sampling, noise and
@@ -287,7 +319,8 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
 
     Returns:
         The audit's report (JSON-ready): the run's certified epsilon for the view (upper bound), every
-        scorer's best test, the empirical lower bound at confidence 1 - beta, the verdict, and for a
+        scorer's best test, the empirical lower bound at confidence 1 - beta, the verdict, for the record
+        view both certified record bounds of the plan (``canary_bounds.record_bounds``), and for a
         control the planted defect and the power the idealised game predicts.
 
     Raises:
@@ -295,6 +328,8 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
     """
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
+    if kind not in KINDS:
+        raise ValueError(f"--canary-kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if defect is not None and defect not in DEFECTS:
         raise ValueError(f"defect must be one of {sorted(DEFECTS)}, got {defect!r}")
     if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
@@ -311,13 +346,13 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
     if not (alg.private and alg.central_clip):
         raise ValueError(f"the canary audit runs dp-maml or dp-agr (one noisy sum of clipped tasks a step), got "
                          f"{algorithm}")
-    k = _canaries(population, canaries, view, amplitude, seed)
+    k = _canaries(population, canaries, view, amplitude, seed, kind)
     config = _config(plan, algorithm, view, clip=clip, outer_lr=outer_lr, inner_lr=0.01, seed=seed,
                      first_order=first_order)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(seed, "model"))
         model = models.MLP(tuple(sizes))
-    audit = CanaryAudit(k, model, _mse, config, defect)
+    audit = CanaryAudit(k, model, _mse, config, defect, seed)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
         if view == "task":
@@ -326,20 +361,20 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
             flags = dataclasses.replace(config, sampler="poisson", unit="record")
             result = train(model, k.pool, _mse, flags, out, audit=audit)
     report = result.report
-    certified, accountant = _certified(report, view)
-    scores = {"white-box": audit.scores, "black-box": audit.black_box(result.params)}
+    certified, accountant, entry = certified_view(report, view)
+    scores = {"white-box": audit.scores, **audit.final_scores(result.params)}
     tests, family = guess_and_bound(scores, k.included, beta=beta, delta=plan.delta, claimed_epsilon=certified)
     level = beta / family
     flagged = certified is not None and any(t.p_value_at_claim < level for t in tests)
     lower = max(t.epsilon_lower for t in tests)
     out = {
         "audit": "one-run canary audit of a training run", "method": CITATION, "algorithm": algorithm,
-        "plan": plan.name, "data": "sinusoid", "view": view, "canaries": canaries,
+        "plan": plan.name, "data": "sinusoid", "view": view, "canaries": canaries, "canary_kind": kind,
         "canaries_included": int(k.included.sum()), "steps": audit.steps, "confidence": 1 - beta,
         "tests": family, "delta": plan.delta,
         "certified": {"epsilon": certified, "epsilon_display": None if certified is None else format_upper(certified),
                       "bound": "upper", "unit": view, "accountant": accountant,
-                      "relation": "add_remove"},
+                      "relation": entry.get("relation", "add_remove") if entry else "add_remove"},
         "epsilon_lower": lower, "epsilon_lower_display": format_lower(lower), "bound": "lower",
         "scorers": [t.to_dict() for t in tests],
         "verdict": "VIOLATION" if flagged else "consistent",
@@ -348,47 +383,14 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
             "note": "a CONTROL: a defect was planted on purpose; this run's certified epsilon does not hold, and the "
                     "audit should flag it"},
     }
+    if view == "record":
+        out["record_bounds"] = record_bounds(plan, config.noise_multiplier, audit.steps, plan.delta, entry)
     if defect is not None and certified is not None:
-        out["control"]["predicted_power"] = predicted_power(plan, config, k, defect, certified, beta=beta,
-                                                            runs=power_runs, seed=seed,
-                                                            canary_norm=_canary_norm(audit, model))
+        a, b = audit._canary_pair(audit.start)  # at the initial model (unclipped for no-clipping)
+        norm = np.linalg.norm(a, axis=1)
+        shift_in = float(np.median(norm))
+        shift_out = float(np.median(np.einsum("ij,ij->i", a, b) / np.maximum(norm, 1e-300)))  # b along a's direction
+        out["control"]["predicted_power"] = predicted_power(
+            plan, config.noise_multiplier, config.clip, canaries, defect, certified, beta=beta, runs=power_runs,
+            seed=seed, shift_in=shift_in, shift_out=shift_out, noise_factor=NOISE_FACTOR, scorers=len(scores))
     return out
-
-
-def _canary_norm(audit: CanaryAudit, model) -> float:
-    """Median norm of the canaries' contributions at the initial model (unclipped for ``no-clipping``)."""
-    params = {n: p.detach() for n, p in model.named_parameters()}
-    a = audit._flat(audit.k.pool_in, audit.k.rows, params)
-    return float(np.median(np.linalg.norm(a, axis=1)))
-
-
-def predicted_power(plan: Plan, config: TrainConfig, canaries: _Canaries, defect: str, certified: float, *,
-                    beta: float, runs: int, seed: int, canary_norm: float) -> float:
-    """The probability that the game flags ``certified`` in the idealised canary mechanism of ``defect``:
-    each canary's per-step projection is its shift (C; the unclipped norm at the initial model without
-    clipping) when sampled plus N(0, sigma^2) with the noise as applied, scored by the same likelihood
-    ratio; other rows' contributions are ignored (they only add variance: the run's power is at most
-    this)."""
-    steps, z = plan.steps, config.noise_multiplier
-    q = plan.sampling.expected_batch / plan.sampling.population
-    C = config.clip
-    sigma = z * C / (NOISE_FACTOR if defect == "low-noise" else 1.0)
-    shift = canary_norm if defect == "no-clipping" else C
-    m = canaries.rows.numel()
-    n = plan.sampling.population
-    batch = max(1, round(q * n))
-
-    cover = np.arange(steps) * batch  # step t of the cyclic order takes rows cover[t], ..., cover[t] + batch - 1 (mod n)
-
-    def scores(count, rng, present):
-        if defect == "fixed-order":  # the auditor scores the steps that hold the canary's slot
-            slots = rng.integers(0, n, count)
-            hits = (((slots[:, None] - cover[None, :]) % n) < batch).sum(axis=1)
-            total = rng.standard_normal(count) * sigma * np.sqrt(hits) + (shift * hits if present else 0.0)
-            return (shift * total - 0.5 * shift**2 * hits) / sigma**2
-        sampled = rng.random((count, steps)) < q
-        x = rng.standard_normal((count, steps)) * sigma + (shift * sampled if present else 0.0)
-        return _mixture_llr(x, np.full(x.shape, q), shift, 0.0, sigma**2).sum(axis=1)
-
-    return simulated_power(lambda c, rng: scores(c, rng, True), lambda c, rng: scores(c, rng, False), m, certified,
-                           beta=beta, delta=plan.delta, scorers=2, runs=runs, seed=seed)

@@ -31,7 +31,8 @@ from scipy import special, stats
 
 from metadp.core.validation import check_count, check_probability, check_real
 
-__all__ = ["p_value", "epsilon_lower_bound", "guess_grid", "GuessResult", "guess_and_bound", "simulated_power"]
+__all__ = ["p_value", "epsilon_lower_bound", "guess_grid", "GuessResult", "guess_and_bound", "simulated_power",
+           "mixture_llr"]
 
 _EPS_MAX = 60.0  # p in float64 is 1 - 9e-27 here: every finite v <= r is then consistent (p-value ~ 1)
 
@@ -176,3 +177,15 @@ def simulated_power(score_in, score_out, m: int, claimed_epsilon: float, *, beta
         flagged += any(p_value(m, 2 * k, _correct(s, included, k), claimed_epsilon, delta) < level for k in ks)
     return flagged / runs
 
+
+
+def mixture_llr(y, p, mean_in, mean_out, var) -> np.ndarray:
+    """log of [(1-p) N(y; 0, var) + p N(y; mean_in, var)] / [(1-p) N(y; 0, var) + p N(y; mean_out, var)]:
+    the log-likelihood ratio, canary in against out, of one projected release when the canary is sampled
+    with probability p (0 where p = 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # p = 0 or 1: log 0 = -inf, and -inf - -inf where p = 0
+        log_rest, log_p = np.log1p(-p), np.log(p)
+        zero = log_rest - y**2 / (2 * var)
+        num = np.logaddexp(zero, log_p - (y - mean_in) ** 2 / (2 * var))
+        den = np.logaddexp(zero, log_p - (y - mean_out) ** 2 / (2 * var))
+        return np.where(p > 0, num - den, 0.0)

@@ -1,5 +1,6 @@
-"""``metadp verify run ALGO --plan FILE --data NAME --canaries M``: audit a real training run with canaries
-(``metadp.verify.canaries``; torch, loaded only when the command runs). Exit status: 0 consistent,
+"""``metadp verify run ALGO --plan FILE --data NAME --canaries M [--canary-kind gradient|data] [--view record]``:
+audit a real training run with canaries (``metadp.verify.canaries``; torch, loaded only when the command runs;
+gradient canaries by default, ``metadp.verify.gradient_canaries``). Exit status: 0 consistent,
 1 VIOLATION (the empirical lower bound exceeds the run's certified epsilon; for a ``--plant-defect``
 control, that is the control being caught), 2 bad input.
 """
@@ -18,7 +19,8 @@ from metadp.report import format_lower, format_upper
 __all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
 
 DEFECT_NAMES = ("low-noise", "no-clipping", "fixed-order")  # metadp.verify.canaries.DEFECTS (torch-free copy)
-RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--plant-defect", "--outer-lr", "--hidden")
+KIND_NAMES = ("gradient", "data")  # metadp.verify.canaries.KINDS (torch-free copy)
+RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--canary-kind", "--plant-defect", "--outer-lr", "--hidden")
 
 
 def add_run_arguments(v, number) -> None:
@@ -27,6 +29,10 @@ def add_run_arguments(v, number) -> None:
     v.add_argument("--canaries", type=number("--canaries", int), help="run: M canaries, each included with "
                    "probability 1/2 (a whole task at --view task, one record inside a task at --view record)")
     v.add_argument("--view", choices=("task", "record"), help="run: the privacy unit audited (default task)")
+    v.add_argument("--canary-kind", choices=KIND_NAMES, help="run: gradient (default): Dirac canaries, each a pool "
+                   "row whose contribution before the trainer's clip is a fixed vector along one parameter coordinate "
+                   "(at --view record: + it with the record, - it without); data: a whole sinusoid task (--view task) "
+                   "or one support record (--view record)")
     v.add_argument("--plant-defect", choices=DEFECT_NAMES, help="run: a CONTROL, for testing the audit: plant a "
                    "defect (noise 5x below the ledger's, clipping off, a fixed order instead of Poisson sampling); "
                    "the run's guarantee is then void and the audit should flag it")
@@ -68,6 +74,11 @@ def check_run_input(args) -> None:
                          f"population), got {args.canaries}")
     if args.hidden is not None and not 1 <= args.hidden <= 4096:
         raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
+    width = args.hidden or 40
+    size = width * width + 4 * width + 1  # the 1-W-W-1 MLP's parameters
+    if (args.canary_kind or "gradient") == "gradient" and args.canaries > size:
+        raise ValueError(f"--canaries: gradient canaries take one parameter coordinate each, at most {size} with "
+                         f"--hidden {width}, got {args.canaries} (use a wider --hidden or --canary-kind data)")
     if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and args.outer_lr > 0):
         raise ValueError(f"--outer-lr must be a finite number > 0, got {args.outer_lr:g}")
     if importlib.util.find_spec("torch") is None:
@@ -80,7 +91,8 @@ def run_audit_command(args) -> int:
     """Trains, audits and prints (table or ``--json``; ``--plot``); returns the exit status."""
     canaries = importlib.import_module("metadp.verify.canaries")
     result = canaries.run_canary_audit(args.loaded_plan, args.file, canaries=args.canaries, view=args.view or "task",
-                                       defect=args.plant_defect, beta=args.alpha, seed=args.seed,
+                                       defect=args.plant_defect, kind=args.canary_kind or "gradient",
+                                       beta=args.alpha, seed=args.seed,
                                        outer_lr=args.outer_lr,
                                        sizes=(1, args.hidden or 40, args.hidden or 40, 1))
     result["plan_file"] = args.plan
@@ -104,14 +116,18 @@ def audit_table(r: dict) -> str:
         c = r["control"]
         lines.append(f"  CONTROL: planted defect '{c['defect']}' ({c['what']}); the certified epsilon below does not "
                      "hold for this run")
-    lines += [f"  canaries      {r['canaries']:,} ({r['canaries_included']:,} included, each with probability 1/2), "
-              f"{r['steps']:,} steps",
+    lines += [f"  canaries      {r['canaries']:,} {r.get('canary_kind', 'data')} canaries ({r['canaries_included']:,} "
+              f"included, each with probability 1/2), {r['steps']:,} steps",
               f"  certified     epsilon <= {cert['epsilon_display'] or 'none'} (upper bound, {str(cert['accountant']).upper()}) "
-              f"at delta = {r['delta']:g}",
-              f"  empirical     epsilon >= {r['epsilon_lower_display']} (lower bound at confidence {r['confidence']:g}, "
-              f"rounded down; {r['tests']} tests, Bonferroni)"]
+              f"at delta = {r['delta']:g}"]
+    for b in r.get("record_bounds", ()):
+        run = "; the run's record view" if b["certified_by_the_run"] else ""
+        lines.append(f"    record bound, {b['bound']:<22} epsilon <= {b['epsilon_display']} (upper bound, "
+                     f"{b['accountant'].upper()}: {b['event']}{run})")
+    lines.append(f"  empirical     epsilon >= {r['epsilon_lower_display']} (lower bound at confidence "
+                 f"{r['confidence']:g}, rounded down; {r['tests']} tests, Bonferroni)")
     for s in r["scorers"]:
-        lines.append(f"    {s['scorer']:<10} {s['correct']}/{s['guesses']} guesses correct (top and bottom {s['k']}): "
+        lines.append(f"    {s['scorer']:<11} {s['correct']}/{s['guesses']} guesses correct (top and bottom {s['k']}): "
                      f"epsilon >= {format_lower(s['epsilon_lower'])}")
     if r["control"] is not None and "predicted_power" in r["control"]:
         lines.append(f"  predicted power to flag this control: {r['control']['predicted_power']:.2f} (idealised game)")
@@ -139,7 +155,8 @@ def plot_canary_audits(results, path, title: str = "One-run canary audits of rea
                     label="certified upper bound" if i == 0 else None)
         ax.text(max(r["epsilon_lower"], 0) + 0.05, i, f"{r['verdict']}", va="center", fontsize=8)
         ax.set_yticks(range(len(results)), [
-            f"{r['view']}: " + (f"control {r['control']['defect']}" if r["control"] else "correct run")
+            f"{r['view']}, {r.get('canary_kind', 'data')}: " + (f"control {r['control']['defect']}" if r["control"]
+                                                                 else "correct run")
             for r in results])
     if max((r["certified"]["epsilon"] or 0) for r in results) > 10:  # a record bound beside task bounds
         ax.set_xscale("symlog", linthresh=1.0)

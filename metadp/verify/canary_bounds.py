@@ -1,0 +1,93 @@
+"""The certified side of a one-run canary audit (``metadp.verify.canaries``): the run's certified epsilon
+for the audited view, the record bounds metadp can give for the plan, and the power the idealised game
+predicts for a planted control. No torch here.
+
+Record bounds (the record view of a Poisson-sampled plan whose records each sit in one task, k = 1,
+per-task clipping at C, noise multiplier z; ``metadp.training.privacy``, ``metadp.sampling.schemes``):
+
+* **pool substitution** (``Poisson.pooled_task_record(z, 1)``: ``PoolSubstitution(q, Gaussian(z))``,
+  ``metadp.mechanisms.pooled``): the task stays in the pool and its clipped contribution is replaced
+  inside the C-ball; task sampling amplifies epsilon. This is the view the trainer certifies.
+* **sampled tasks revealed** (``Poisson.pooled_record(2 / z, 1)``: ``EpisodicSampled(1, q, 1,
+  Gaussian(z / 2), 1)``, ``metadp.mechanisms.episodic``): valid but loose (which of the record's tasks
+  were sampled is granted to the adversary, so sampling amplifies delta only); the older bound.
+
+Both are composed over the run's steps by the PLD accountant (``certified_epsilon``); the empirical lower
+bound of a correct run must be at or below both.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from metadp.accounting.calibration import certified_epsilon
+from metadp.core import events as ev
+from metadp.report import format_upper
+from metadp.verify.one_run import mixture_llr, simulated_power
+
+__all__ = ["certified_view", "record_bounds", "predicted_power"]
+
+
+def certified_view(report: dict, view: str) -> Tuple[Optional[float], Optional[str], Optional[dict]]:
+    """(epsilon, accountant, the view's entry or None) of ``view`` in a run's ``privacy_report.json``
+    (epsilon None: no such guarantee)."""
+    entry = next((v for v in report.get("views", ()) if v.get("view") == view), None)
+    if report.get("unit") == view and report.get("epsilon") is not None:
+        return float(report["epsilon"]), report.get("accountant"), entry
+    for other in report.get("other_units", ()):
+        if other.get("unit") == view and other.get("epsilon") is not None:
+            return float(other["epsilon"]), other.get("accountant"), entry
+    if entry is not None and entry.get("epsilon") is not None:
+        return float(entry["epsilon"]), entry.get("accountant"), entry
+    return None, None, entry
+
+
+def record_bounds(plan, noise_multiplier: float, steps: int, delta: float, run_view: Optional[dict]) -> List[Dict]:
+    """Both certified record bounds for ``plan`` (module docstring), each an upper bound from the PLD
+    accountant over ``steps`` steps. Where the run's own record view (``run_view``, its report entry)
+    composed the same event, its ledger's epsilon is used instead of composing it again."""
+    scheme = plan.sampling
+    out = []
+    for name, (_, event, basis, _) in (("pool substitution", scheme.pooled_task_record(noise_multiplier, 1)),
+                                       ("sampled tasks revealed", scheme.pooled_record(2.0 / noise_multiplier, 1))):
+        same = (run_view is not None and run_view.get("event") == event.describe()
+                and run_view.get("charges") == steps and run_view.get("epsilon") is not None)
+        relation = run_view.get("relation", "add_remove") if run_view is not None else "add_remove"
+        eps = float(run_view["epsilon"]) if same else certified_epsilon(ev.SelfComposed(event, steps), delta,
+                                                                          relation=relation, accountant="pld")
+        out.append({"bound": name, "epsilon": eps, "epsilon_display": format_upper(eps), "event": repr(event),
+                    "description": event.describe(), "steps": steps, "relation": relation, "basis": basis,
+                    "accountant": "pld", "certified_by_the_run": same})
+    return out
+
+
+def predicted_power(plan, noise_multiplier: float, clip: float, m: int, defect: str, certified: float, *,
+                    beta: float, runs: int, seed: int, shift_in: float, shift_out: float, noise_factor: float,
+                    scorers: int = 2) -> float:
+    """The probability that the game flags ``certified`` in the idealised canary mechanism of ``defect``:
+    each canary's per-step projection is ``shift_in`` (included) or ``shift_out`` (excluded) when
+    sampled, plus N(0, sigma^2) with the noise as applied (``noise_factor`` times below the ledger's
+    for ``low-noise``), scored by the same likelihood ratio; other rows' contributions are ignored
+    (they only add variance: the run's power is at most this)."""
+    steps, z = plan.steps, noise_multiplier
+    q = plan.sampling.expected_batch / plan.sampling.population
+    sigma = z * clip / (noise_factor if defect == "low-noise" else 1.0)
+    n = plan.sampling.population
+    batch = max(1, round(q * n))
+    cover = np.arange(steps) * batch  # step t of the cyclic order: rows cover[t], ..., cover[t] + batch - 1 (mod n)
+
+    def scores(count, rng, present):
+        shift = shift_in if present else shift_out
+        if defect == "fixed-order":  # the auditor scores the steps that hold the canary's slot
+            slots = rng.integers(0, n, count)
+            hits = (((slots[:, None] - cover[None, :]) % n) < batch).sum(axis=1)
+            total = rng.standard_normal(count) * sigma * np.sqrt(hits) + shift * hits
+            return ((shift_in - shift_out) * total - 0.5 * (shift_in**2 - shift_out**2) * hits) / sigma**2
+        sampled = rng.random((count, steps)) < q
+        x = rng.standard_normal((count, steps)) * sigma + shift * sampled
+        return mixture_llr(x, np.full(x.shape, q), shift_in, shift_out, sigma**2).sum(axis=1)
+
+    return simulated_power(lambda c, rng: scores(c, rng, True), lambda c, rng: scores(c, rng, False), m, certified,
+                           beta=beta, delta=plan.delta, scorers=scorers, runs=runs, seed=seed)
