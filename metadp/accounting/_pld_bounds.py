@@ -41,6 +41,7 @@ class PldResult:
     steps: int  # number of composed releases
     fft_size: int
     notes: Tuple[str, ...] = ()
+    stopped_by_time: bool = False  # the time budget ended the refinement (without it the bounds could be tighter)
 
 
 
@@ -67,7 +68,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     width = max(_lat.window_estimate(pairs, _DELTA_SHARE * delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
-    lower, upper, size, notes, gap, terms, hints = 0.0, math.inf, 0, [], math.inf, None, {}
+    lower, upper, size, notes, gap, terms, hints, timed_out = 0.0, math.inf, 0, [], math.inf, None, {}, False
     certified = {}  # each direction's best upper bound so far (certified at every spacing)
     for _ in range(12):
         round_start = time.perf_counter()
@@ -107,6 +108,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
                                                                                          / gap)))), h_floor)
         now = time.perf_counter()
         if now - start + (now - round_start) * h / finer > max_seconds:
+            timed_out = True
             if not within:
                 notes.append(f"refinement stopped at h = {h:.3g} by the time budget ({max_seconds:g} s): "
                              f"{_width(lower, upper)}")
@@ -117,7 +119,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
         notes.append(f"largest term charged to the upper bound: {_dominant(terms)}; the rest of the interval "
                      "is the lattice's discretisation" if math.isfinite(upper) else
                      f"no finite upper bound; what keeps it infinite: {_dominant(terms)}")
-    return PldResult(lower, upper, delta, h, n, size, tuple(notes))
+    return PldResult(lower, upper, delta, h, n, size, tuple(notes), timed_out)
 
 
 def _snap(h: float, per_direction) -> float:

@@ -58,11 +58,21 @@ def fft_gamma(size: int) -> float:
     return levels * eta / (1.0 - levels * eta)
 
 
+_LOGS = {}  # id(pmf) -> (pmf, positive indices, their logs): ``cgf``'s memo (it holds the array: ids stay unique)
+
+
 def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
     """log sum_j pmf_j e^{theta (start + j)} for each theta (index units), for the positive masses."""
     thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
-    keep = np.nonzero(pmf > 0)[0]
-    log_p, idx = np.log(pmf[keep]), (keep + start).astype(np.float64)
+    found = _LOGS.get(id(pmf))
+    if found is None or found[0] is not pmf:  # the positive masses' logs, once per pmf array
+        keep = np.nonzero(pmf > 0)[0]
+        found = (pmf, keep, np.log(pmf[keep]))
+        if len(_LOGS) >= 6:  # pmfs can be long: a few at a time (the current query's)
+            _LOGS.pop(next(iter(_LOGS)))
+        _LOGS[id(pmf)] = found
+    _, keep, log_p = found
+    idx = (keep + start).astype(np.float64)
     out = np.empty(len(thetas))
     for i in range(0, len(thetas), 16):  # bounded temporaries
         block = thetas[i:i + 16]

@@ -80,6 +80,7 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
     log_cut = math.log(1e-3 * budget)
     keep = np.isfinite(log_a) & (math.log(p_sum.error + 1e-300) + log_wp <= log_cut)
     keep &= log_a - log_b > x0 - 600.0  # bins 600 below x0 in loss only count at x far below the answer
+    sums = None
     for rounds in range(2):  # the second time with the answer's estimate for the Q cut
         if not np.any(keep):
             return None
@@ -90,11 +91,19 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
         b = np.exp(np.minimum(log_a[keep][order] + x0 - ell, 700.0))
         if rounds == 0:
             if near is None:
-                near = _crossing(ell, a, b, budget, x0)
+                sums = _crossing_sums(ell, a, b, x0)
+                near = _crossing(ell, a, b, budget, x0, sums)
             if not math.isfinite(near):
                 return None
-            keep &= math.log(q_sum.error + 1e-300) + log_wq + near + q_sum.log_factor <= log_cut
-    return _Event(ell, a, b, log_wp[keep][order], log_wq[keep][order], x0)
+            cut = math.log(q_sum.error + 1e-300) + log_wq + near + q_sum.log_factor <= log_cut
+            if np.all(cut[keep]):  # the Q cut leaves every bin in: the same bins again (kept as they are)
+                break
+            keep &= cut
+            sums = None
+    event = _Event(ell, a, b, log_wp[keep][order], log_wq[keep][order], x0)
+    if sums is not None:  # the tail sums of these very bins, already computed
+        object.__setattr__(event, "_sums", sums)
+    return event
 
 
 def _event_error(p_sum, q_sum, event, x_low, x_high) -> float:
