@@ -76,7 +76,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             # the last round's tilts help only once its interval means something (within 20%)
             informative = math.isfinite(upper) and upper - lower <= 0.2 * upper
             found = _round(per_direction, delta, h, tau, tail, max_memory, lower, 0.5 * tolerance,
-                           hints if informative else {}, certified)
+                           hints, certified, informative)
         except MemoryError as err:  # the window estimate was short: widen and retry
             h *= max(1.25, float(err.args[0]) if err.args else 2.0)
             h_floor = max(h_floor, h)
@@ -254,12 +254,14 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
-def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None):
+def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None,
+           use_hints=True):
     """One refinement round: every direction's upper bound, and lower bounds, largest upper first, until
     the interval is within ``aim`` of the largest upper bound (epsilon is the largest over the
     directions, so a direction's lower bound only matters while it could raise the best one: a direction
     whose upper bound is below the best lower bound known is skipped). ``hints`` (a dict, updated) keeps
-    each direction's tilt (loss units) and upper bound for the next round's tilt. ``certified`` (a dict,
+    each direction's tilt (loss units) and upper bound for the next round's tilt (used if ``use_hints``;
+    always recorded: an earlier round's dict was a fresh one, so no round ever found a hint). ``certified`` (a dict,
     updated) keeps each direction's best upper bound from earlier rounds: a direction whose bound is
     already at or below this round's largest upper is not recomputed (the largest stays the same)."""
     hints = {} if hints is None else hints
@@ -277,7 +279,7 @@ def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0,
             if certified[d] <= largest:
                 continue
         lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in per_direction[d]]
-        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d))
+        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d) if use_hints else None)
         hints[d] = (found[1] / h, found[0])
         certified[d] = min(certified.get(d, math.inf), found[0])
         largest = max(largest, found[0])
