@@ -159,19 +159,24 @@ def _inf_mass(lattices) -> float:
 _STEPS = np.geomspace(1e-4, 16.0, 12)
 
 
-def _window(items, tilted, level, max_memory, steps=_STEPS):
+def _window(items, tilted, level, max_memory, steps=_STEPS, guessed=None):
     """The FFT window [first, first + size) for the tilted sum: its Chernoff quantiles at ``level`` on
     each side (the whole support when that is shorter), size 2-3-5-smooth; also the log bound on the
-    exact untilted mass above it and the tilted mass outside it (which the FFT wraps in)."""
+    exact untilted mass above it and the tilted mass outside it (which the FFT wraps in). ``guessed``:
+    (steps / sd, the block estimate at theta +- those steps) where the caller has it for this tilt
+    (``_untilted_prediction``): it only picks the Chernoff parameters."""
     low = sum(item.count * item.start for item in items)
     high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
     theta, steps = tilted.theta, steps / tilted.sd
     log_level = math.log(level)
     # the best Chernoff parameter of each end chosen on the pmfs' blocks (any is valid), then the
     # bound computed exactly there
-    both = np.concatenate([theta + steps, theta - steps])
-    guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count)
-                + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
+    if guessed is not None:
+        steps, guess = guessed
+    else:
+        both = np.concatenate([theta + steps, theta - steps])
+        guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count)
+                    + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
     i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
     i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
     up_step, down_step = steps[i_up:i_up + 1], steps[i_down:i_down + 1]
@@ -203,9 +208,10 @@ def _untilted_is_enough(items, flat, size, delta) -> bool:
     return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
 
 
-def _untilted_is_likely_enough(items, level) -> bool:
-    """``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
-    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it)."""
+def _untilted_prediction(items, level):
+    """(``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
+    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it);
+    the steps and block estimates it used, which ``_window`` reuses for the untilted sum)."""
     var, log_scale, norm = 0.0, 0.0, 0.0
     for item in items:
         total = float(item.pmf.sum())
@@ -222,7 +228,8 @@ def _untilted_is_likely_enough(items, level) -> bool:
     top = min(high, math.ceil(float(np.min((guess[: len(steps)] - math.log(level)) / steps))))
     first = max(low, math.floor(float(np.max((math.log(level) - guess[len(steps):]) / steps))))
     size = sfft.next_fast_len(max(1024, top - first + 2), real=True)
-    return norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
+    likely = norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
+    return likely, (steps, guess)
 
 
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
@@ -233,9 +240,10 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
         # delta at x: the answer's size is unknown, so the sum is always centred on x; otherwise the
         # untilted sum is tried where a cheap prediction expects it to be accurate enough
         tilted = None
-        if x is None and _untilted_is_likely_enough(items, level):
+        likely, guessed = _untilted_prediction(items, level) if x is None else (False, None)
+        if likely:
             tilted = _comp.tilt(items, 0.0)
-            window = _window(items, tilted, level, max_memory)
+            window = _window(items, tilted, level, max_memory, guessed=guessed)
             if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
                 tilted = None
         if tilted is None:

@@ -61,17 +61,22 @@ def fft_gamma(size: int) -> float:
 _LOGS = {}  # id(pmf) -> (pmf, positive indices, their logs): ``cgf``'s memo (it holds the array: ids stay unique)
 
 
-def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
-    """log sum_j pmf_j e^{theta (start + j)} for each theta (index units), for the positive masses."""
-    thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
+def _positive_logs(pmf: np.ndarray):
+    """(indices of the positive masses, their logs), once per pmf array (``cgf``, ``tilt``)."""
     found = _LOGS.get(id(pmf))
-    if found is None or found[0] is not pmf:  # the positive masses' logs, once per pmf array
+    if found is None or found[0] is not pmf:
         keep = np.nonzero(pmf > 0)[0]
         found = (pmf, keep, np.log(pmf[keep]))
         if len(_LOGS) >= 6:  # pmfs can be long: a few at a time (the current query's)
             _LOGS.pop(next(iter(_LOGS)))
         _LOGS[id(pmf)] = found
-    _, keep, log_p = found
+    return found[1], found[2]
+
+
+def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
+    """log sum_j pmf_j e^{theta (start + j)} for each theta (index units), for the positive masses."""
+    thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
+    keep, log_p = _positive_logs(pmf)
     idx = (keep + start).astype(np.float64)
     out = np.empty(len(thetas))
     for i in range(0, len(thetas), 16):  # bounded temporaries
@@ -229,15 +234,19 @@ def tilt(items: Sequence[Item], theta: float) -> Tilted:
 def _tilt(items: Sequence[Item], theta: float) -> Tilted:
     arrays, log_scale, log_factor, mean, var = [], 0.0, 0.0, 0.0, 0.0
     for item in items:
-        keep = item.pmf > 0
+        keep, log_p = _positive_logs(item.pmf)  # the zero masses stay 0 (their exponent is -inf)
         idx = np.arange(len(item.pmf), dtype=np.float64) + item.start
-        exponent = np.where(keep, np.log(np.where(keep, item.pmf, 1.0)) + theta * idx, -np.inf)
+        turn = theta * idx[keep]
+        exponent = log_p + turn
         k = float(cgf(item.pmf, item.start, [theta])[0])
-        x = np.exp(exponent - k)
-        # log p (u |log p|), theta j (u |theta j|), their sum (u |exponent|), less k (u |exponent - k|), exp
-        log_p = np.abs(np.where(keep, exponent - theta * idx, 0.0))
-        spread = float(np.max(2.0 * log_p + 2.0 * np.abs(theta * idx) + np.abs(np.where(keep, exponent - k, 0.0)),
-                              initial=0.0))
+        shifted = exponent - k
+        x = np.zeros(len(item.pmf))
+        x[keep] = np.exp(shifted)
+        # log p (u |log p|), theta j (u |theta j|), their sum (u |exponent|), less k (u |exponent - k|), exp;
+        # at the zero masses only 2 |theta j| (its largest at an end of the array)
+        ends = 2.0 * max(abs(theta * idx[0]), abs(theta * idx[-1])) if len(idx) else 0.0
+        spread = max(float(np.max(2.0 * np.abs(exponent - turn) + 2.0 * np.abs(turn) + np.abs(shifted), initial=0.0)),
+                     ends)
         rel = item.rel_error + _U * (4.0 + 1.01 * spread)
         m1 = float(np.dot(x, idx)) / float(x.sum())
         m2 = float(np.dot(x, (idx - m1) ** 2)) / float(x.sum())
@@ -429,7 +438,7 @@ def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: fl
 
     if x is None:
         lams = np.geomspace(1e-3, 1e5, 17)
-        for _ in range(3):
+        for _ in range(2):
             values = chernoff(lams)
             best = int(np.nanargmin(values))
             lams = np.geomspace(lams[max(best - 1, 0)], lams[min(best + 1, len(lams) - 1)], 9)
