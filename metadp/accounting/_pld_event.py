@@ -36,9 +36,9 @@ def _crossing_sums(ell: np.ndarray, a: np.ndarray, b: np.ndarray, x0: float):
     """The tail sums of a and b and the crossing's sum at each x = ell_j (``_crossing``)."""
     big_a = np.cumsum(a[::-1])[::-1]
     big_b = np.cumsum(b[::-1])[::-1]
-    a_next, b_next = np.append(big_a[1:], 0.0), np.append(big_b[1:], 0.0)
+    at_points = np.zeros(len(ell))  # the sum at x = ell_j; 0 at the last bin (nothing above it)
     with np.errstate(over="ignore", invalid="ignore"):
-        at_points = a_next - np.exp(np.minimum(ell - x0, 700.0)) * b_next  # the sum at x = ell_j
+        at_points[:-1] = big_a[1:] - np.exp(np.minimum(ell[:-1] - x0, 700.0)) * big_b[1:]
     return big_a, big_b, at_points
 
 
