@@ -28,6 +28,9 @@ _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
 _UNTILTED_SHARE = 1e-4  # the untilted FFT is used where its round-off is predicted below this share of delta
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 _COARSER = 4.0  # a direction behind the largest is first bounded on a lattice this many times coarser
+# the block cgf's allowed error (nats) when it picks a window's Chernoff parameters: they sit on a grid
+# 2.3x apart, where the bound is flat near its best, and the bound is then computed exactly
+_WINDOW_GUARD = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +177,8 @@ def _window(items, tilted, level, max_memory, steps=_STEPS, guessed=None):
     if guessed is not None:
         steps, guess = guessed
     else:
-        both = np.concatenate([theta + steps, theta - steps])
-        guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count)
+        both = np.concatenate([theta + steps, theta - steps])  # a guess within ~_WINDOW_GUARD nats suffices
+        guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count, _WINDOW_GUARD)
                     + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
     i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
     i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
@@ -274,23 +277,31 @@ def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0,
     already at or below this round's largest upper is not recomputed (the largest stays the same)."""
     hints = {} if hints is None else hints
     certified = {} if certified is None else certified
-    uppers, largest = [], -math.inf
+    uppers, largest, lead = [], -math.inf, (0.0, math.inf)
     for d in sorted(range(len(per_direction)), key=lambda d: -certified.get(d, math.inf)):
         if certified.get(d, math.inf) <= largest:
             continue
+        use = False  # a hint from this round's coarse bound of the direction
         if math.isfinite(largest) and d not in certified:
             # a direction not yet bounded, behind one that is: first a lattice _COARSER times coarser
             # (about that much cheaper, and as certified); at spacing h only if that is not enough
+            # A tilted leader's tilt, centred on its epsilon, is where this direction's bound decides
+            # (is it below the leader's?): the coarse bound starts there instead of searching (any tilt
+            # is valid; an untilted leader says nothing about this direction's round-off)
             coarse = _snap(_COARSER * h, [per_direction[d]])
             lattices = [(_lat.lattice_cached(pair, coarse, tail), c) for pair, c in per_direction[d]]
-            certified[d] = _upper_epsilon(lattices, delta, coarse, tau, max_memory)[0]
+            rough = _upper_epsilon(lattices, delta, coarse, tau, max_memory, lead if lead[0] > 0.0 else None)
+            certified[d] = rough[0]
             if certified[d] <= largest:
                 continue
+            if rough[1] > 0.0 and math.isfinite(rough[0]):  # the coarse bound's tilt starts the fine one's
+                hints[d], use = (rough[1] / coarse, rough[0]), True
         lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in per_direction[d]]
-        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d) if use_hints else None)
+        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d) if use_hints or use else None)
         hints[d] = (found[1] / h, found[0])
         certified[d] = min(certified.get(d, math.inf), found[0])
-        largest = max(largest, found[0])
+        if found[0] > largest:
+            largest, lead = found[0], hints[d]
         uppers.append((lattices,) + found)
     found, best, tried = [], known_lower, 0
     top = max(u[1] for u in uppers)

@@ -93,7 +93,7 @@ _BLOCKS = 512
 _GUARD = 0.01
 
 
-def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.ndarray:
+def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1, guard: float = _GUARD) -> np.ndarray:
     """count x ``cgf`` with the pmf summed into at most ``_BLOCKS`` blocks: only to choose among tilts or
     Chernoff parameters, where any choice is valid and the bound itself is then computed exactly.
 
@@ -101,7 +101,7 @@ def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.n
     theta^2 v / 2}: its own log-mgf to second order, off by about |theta|^3 (w - 1)^3 / 6 per step (the
     third moment about the centroid; a block of centroids alone, as before, was off by up to theta^2
     w^2 / 8 by Hoeffding's lemma, so long compositions fell back on the exact cgf at almost every
-    theta). Where that, times ``count``, exceeds 0.01 (or |theta| (w - 1) > 1) the exact cgf is used.
+    theta). Where that, times ``count``, exceeds ``guard`` (or |theta| (w - 1) > 1) the exact cgf is used.
     The blocks are kept per pmf array (the memo holds the array, so its id is not reused)."""
     thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
     found = _COARSE.get(id(pmf))
@@ -125,7 +125,7 @@ def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.n
     top = exponent.max(axis=1)
     out = top + np.log(np.exp(exponent - top[:, None]).sum(axis=1))
     reach = np.abs(thetas) * (width - 1)
-    coarse = (count * reach**3 / 6.0 > _GUARD) | (reach > 1.0)
+    coarse = (count * reach**3 / 6.0 > guard) | (reach > 1.0)
     if np.any(coarse):
         out[coarse] = cgf(pmf, start, thetas[coarse])
     return count * out
