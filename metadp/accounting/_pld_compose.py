@@ -354,19 +354,22 @@ def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, 
     scaled = count * log_modulus
     keep = scaled > -740.0
     turn = count * angle
-    power = np.where(keep, np.exp(np.maximum(scaled, -745.0)), 0.0) * (np.cos(turn) + 1j * np.sin(turn))
+    radius = np.where(keep, np.exp(np.maximum(scaled, -745.0)), 0.0)
+    power = np.empty(len(live), dtype=np.complex128)  # radius (cos + i sin), without complex products
+    power.real = radius * np.cos(turn)
+    power.imag = radius * np.sin(turn)
+    size = np.abs(power)
     with np.errstate(invalid="ignore"):
         rounding = (2.0 * count * _U * (np.abs(log_modulus) + np.abs(angle) + 2.0)
                     + _U * (np.abs(scaled) + np.abs(turn)) + 8.0 * _U)
     rounding = np.where(keep, np.expm1(np.minimum(rounding * 1.01, 700.0)), 0.0)
     lost = np.where(keep, 0.0, 1e-300)  # powers below e^-740, set to 0
     out[live] = power
-    err[live] = (count * bound * np.exp(np.minimum(log_reach[live], 700.0)) + np.abs(power) * rounding + lost) \
-        * (1.0 + 1e-9)
+    err[live] = (count * bound * np.exp(np.minimum(log_reach[live], 700.0)) + size * rounding + lost) * (1.0 + 1e-9)
     # in l2 (the full spectrum's norm): ||c (y - Y) max(|y|, |Y|)^(c-1)|| <= c ||y - Y|| max(...)^(c-1), and
     # ||y - Y|| <= bound itself (Higham's bound is on the norm), plus the evaluation's rounding
     rest = np.zeros(len(spectrum))
-    rest[live] = np.abs(power) * rounding + lost
+    rest[live] = size * rounding + lost
     l2 = (count * bound * math.exp(min(float(np.max(log_reach, initial=-np.inf)), 700.0))
           + math.sqrt(2.0 * float(np.dot(rest, rest))) + 1e-300 * math.sqrt(2.0 * len(spectrum))) * (1.0 + 1e-9)
     return out, err, l2
