@@ -91,6 +91,7 @@ def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
 _COARSE = {}  # id(pmf) -> (pmf, log block masses, block centroids, variances, width): ``approximate_cgf``'s blocks
 _BLOCKS = 512
 _GUARD = 0.01
+_SEARCH_GUARD = 0.5  # the block cgf's allowed error (nats) in choose_theta's Chernoff search
 
 
 def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1, guard: float = _GUARD) -> np.ndarray:
@@ -430,13 +431,14 @@ def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: fl
                  start: float = None) -> Tuple[float, float]:
     """The tilt theta (index units) under which the sum's mean is the epsilon sought (or ``x``, index
     units), and that epsilon's Chernoff estimate: x(theta) = (K(theta) + log c(theta/h) - log delta) /
-    theta minimised (with K from ``approximate_cgf``: an estimate). Any theta gives valid bounds; this
-    one centres the tilted sum where delta is read off (a saddle point)."""
+    theta minimised (with K from ``approximate_cgf`` within about ``_SEARCH_GUARD`` nats: an estimate,
+    which moves x by about that over theta, far less than the tilted sum's spread). Any theta gives
+    valid bounds; this one centres the tilted sum where delta is read off (a saddle point)."""
     def chernoff(lams):
         thetas = lams * h
         total = log_hockey_constant(lams)
         for item in items:
-            total = total + approximate_cgf(item.pmf, item.start, thetas, item.count)
+            total = total + approximate_cgf(item.pmf, item.start, thetas, item.count, _SEARCH_GUARD)
         return (total - log_delta) / thetas
 
     if x is None:
