@@ -28,6 +28,9 @@ _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
 _UNTILTED_SHARE = 1e-4  # the untilted FFT is used where its round-off is predicted below this share of delta
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 _COARSER = 4.0  # a direction behind the largest is first bounded on a lattice this many times coarser
+# the block cgf's allowed error (nats) when it picks a window's Chernoff parameters: they sit on a grid
+# 2.3x apart, where the bound is flat near its best, and the bound is then computed exactly
+_WINDOW_GUARD = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +44,7 @@ class PldResult:
     steps: int  # number of composed releases
     fft_size: int
     notes: Tuple[str, ...] = ()
+    stopped_by_time: bool = False  # the time budget ended the refinement (without it the bounds could be tighter)
 
 
 
@@ -67,7 +71,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     width = max(_lat.window_estimate(pairs, _DELTA_SHARE * delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
-    lower, upper, size, notes, gap, terms, hints = 0.0, math.inf, 0, [], math.inf, None, {}
+    lower, upper, size, notes, gap, terms, hints, timed_out = 0.0, math.inf, 0, [], math.inf, None, {}, False
     certified = {}  # each direction's best upper bound so far (certified at every spacing)
     for _ in range(12):
         round_start = time.perf_counter()
@@ -75,7 +79,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             # the last round's tilts help only once its interval means something (within 20%)
             informative = math.isfinite(upper) and upper - lower <= 0.2 * upper
             found = _round(per_direction, delta, h, tau, tail, max_memory, lower, 0.5 * tolerance,
-                           hints if informative else {}, certified)
+                           hints, certified, informative)
         except MemoryError as err:  # the window estimate was short: widen and retry
             h *= max(1.25, float(err.args[0]) if err.args else 2.0)
             h_floor = max(h_floor, h)
@@ -107,6 +111,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
                                                                                          / gap)))), h_floor)
         now = time.perf_counter()
         if now - start + (now - round_start) * h / finer > max_seconds:
+            timed_out = True
             if not within:
                 notes.append(f"refinement stopped at h = {h:.3g} by the time budget ({max_seconds:g} s): "
                              f"{_width(lower, upper)}")
@@ -117,7 +122,7 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
         notes.append(f"largest term charged to the upper bound: {_dominant(terms)}; the rest of the interval "
                      "is the lattice's discretisation" if math.isfinite(upper) else
                      f"no finite upper bound; what keeps it infinite: {_dominant(terms)}")
-    return PldResult(lower, upper, delta, h, n, size, tuple(notes))
+    return PldResult(lower, upper, delta, h, n, size, tuple(notes), timed_out)
 
 
 def _snap(h: float, per_direction) -> float:
@@ -157,19 +162,24 @@ def _inf_mass(lattices) -> float:
 _STEPS = np.geomspace(1e-4, 16.0, 12)
 
 
-def _window(items, tilted, level, max_memory, steps=_STEPS):
+def _window(items, tilted, level, max_memory, steps=_STEPS, guessed=None):
     """The FFT window [first, first + size) for the tilted sum: its Chernoff quantiles at ``level`` on
     each side (the whole support when that is shorter), size 2-3-5-smooth; also the log bound on the
-    exact untilted mass above it and the tilted mass outside it (which the FFT wraps in)."""
+    exact untilted mass above it and the tilted mass outside it (which the FFT wraps in). ``guessed``:
+    (steps / sd, the block estimate at theta +- those steps) where the caller has it for this tilt
+    (``_untilted_prediction``): it only picks the Chernoff parameters."""
     low = sum(item.count * item.start for item in items)
     high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
     theta, steps = tilted.theta, steps / tilted.sd
     log_level = math.log(level)
     # the best Chernoff parameter of each end chosen on the pmfs' blocks (any is valid), then the
     # bound computed exactly there
-    both = np.concatenate([theta + steps, theta - steps])
-    guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count)
-                + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
+    if guessed is not None:
+        steps, guess = guessed
+    else:
+        both = np.concatenate([theta + steps, theta - steps])  # a guess within ~_WINDOW_GUARD nats suffices
+        guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count, _WINDOW_GUARD)
+                    + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
     i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
     i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
     up_step, down_step = steps[i_up:i_up + 1], steps[i_down:i_down + 1]
@@ -201,9 +211,10 @@ def _untilted_is_enough(items, flat, size, delta) -> bool:
     return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
 
 
-def _untilted_is_likely_enough(items, level) -> bool:
-    """``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
-    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it)."""
+def _untilted_prediction(items, level):
+    """(``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
+    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it);
+    the steps and block estimates it used, which ``_window`` reuses for the untilted sum)."""
     var, log_scale, norm = 0.0, 0.0, 0.0
     for item in items:
         total = float(item.pmf.sum())
@@ -220,7 +231,8 @@ def _untilted_is_likely_enough(items, level) -> bool:
     top = min(high, math.ceil(float(np.min((guess[: len(steps)] - math.log(level)) / steps))))
     first = max(low, math.floor(float(np.max((math.log(level) - guess[len(steps):]) / steps))))
     size = sfft.next_fast_len(max(1024, top - first + 2), real=True)
-    return norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
+    likely = norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
+    return likely, (steps, guess)
 
 
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
@@ -231,9 +243,10 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
         # delta at x: the answer's size is unknown, so the sum is always centred on x; otherwise the
         # untilted sum is tried where a cheap prediction expects it to be accurate enough
         tilted = None
-        if x is None and _untilted_is_likely_enough(items, level):
+        likely, guessed = _untilted_prediction(items, level) if x is None else (False, None)
+        if likely:
             tilted = _comp.tilt(items, 0.0)
-            window = _window(items, tilted, level, max_memory)
+            window = _window(items, tilted, level, max_memory, guessed=guessed)
             if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
                 tilted = None
         if tilted is None:
@@ -252,33 +265,43 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
-def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None):
+def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None,
+           use_hints=True):
     """One refinement round: every direction's upper bound, and lower bounds, largest upper first, until
     the interval is within ``aim`` of the largest upper bound (epsilon is the largest over the
     directions, so a direction's lower bound only matters while it could raise the best one: a direction
     whose upper bound is below the best lower bound known is skipped). ``hints`` (a dict, updated) keeps
-    each direction's tilt (loss units) and upper bound for the next round's tilt. ``certified`` (a dict,
+    each direction's tilt (loss units) and upper bound for the next round's tilt (used if ``use_hints``;
+    always recorded: an earlier round's dict was a fresh one, so no round ever found a hint). ``certified`` (a dict,
     updated) keeps each direction's best upper bound from earlier rounds: a direction whose bound is
     already at or below this round's largest upper is not recomputed (the largest stays the same)."""
     hints = {} if hints is None else hints
     certified = {} if certified is None else certified
-    uppers, largest = [], -math.inf
+    uppers, largest, lead = [], -math.inf, (0.0, math.inf)
     for d in sorted(range(len(per_direction)), key=lambda d: -certified.get(d, math.inf)):
         if certified.get(d, math.inf) <= largest:
             continue
+        use = False  # a hint from this round's coarse bound of the direction
         if math.isfinite(largest) and d not in certified:
             # a direction not yet bounded, behind one that is: first a lattice _COARSER times coarser
             # (about that much cheaper, and as certified); at spacing h only if that is not enough
+            # A tilted leader's tilt, centred on its epsilon, is where this direction's bound decides
+            # (is it below the leader's?): the coarse bound starts there instead of searching (any tilt
+            # is valid; an untilted leader says nothing about this direction's round-off)
             coarse = _snap(_COARSER * h, [per_direction[d]])
             lattices = [(_lat.lattice_cached(pair, coarse, tail), c) for pair, c in per_direction[d]]
-            certified[d] = _upper_epsilon(lattices, delta, coarse, tau, max_memory)[0]
+            rough = _upper_epsilon(lattices, delta, coarse, tau, max_memory, lead if lead[0] > 0.0 else None)
+            certified[d] = rough[0]
             if certified[d] <= largest:
                 continue
+            if rough[1] > 0.0 and math.isfinite(rough[0]):  # the coarse bound's tilt starts the fine one's
+                hints[d], use = (rough[1] / coarse, rough[0]), True
         lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in per_direction[d]]
-        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d))
+        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d) if use_hints or use else None)
         hints[d] = (found[1] / h, found[0])
         certified[d] = min(certified.get(d, math.inf), found[0])
-        largest = max(largest, found[0])
+        if found[0] > largest:
+            largest, lead = found[0], hints[d]
         uppers.append((lattices,) + found)
     found, best, tried = [], known_lower, 0
     top = max(u[1] for u in uppers)

@@ -58,11 +58,26 @@ def fft_gamma(size: int) -> float:
     return levels * eta / (1.0 - levels * eta)
 
 
+_LOGS = {}  # id(pmf) -> (pmf, positive indices, their logs): ``cgf``'s memo (it holds the array: ids stay unique)
+
+
+def _positive_logs(pmf: np.ndarray):
+    """(indices of the positive masses, their logs), once per pmf array (``cgf``, ``tilt``)."""
+    found = _LOGS.get(id(pmf))
+    if found is None or found[0] is not pmf:
+        keep = np.nonzero(pmf > 0)[0]
+        found = (pmf, keep, np.log(pmf[keep]))
+        if len(_LOGS) >= 6:  # pmfs can be long: a few at a time (the current query's)
+            _LOGS.pop(next(iter(_LOGS)))
+        _LOGS[id(pmf)] = found
+    return found[1], found[2]
+
+
 def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
     """log sum_j pmf_j e^{theta (start + j)} for each theta (index units), for the positive masses."""
     thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
-    keep = np.nonzero(pmf > 0)[0]
-    log_p, idx = np.log(pmf[keep]), (keep + start).astype(np.float64)
+    keep, log_p = _positive_logs(pmf)
+    idx = (keep + start).astype(np.float64)
     out = np.empty(len(thetas))
     for i in range(0, len(thetas), 16):  # bounded temporaries
         block = thetas[i:i + 16]
@@ -73,18 +88,22 @@ def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
     return out
 
 
-_COARSE = {}  # id(pmf) -> (pmf, log block masses, block centroids): ``approximate_cgf``'s blocks
+_COARSE = {}  # id(pmf) -> (pmf, log block masses, block centroids, variances, width): ``approximate_cgf``'s blocks
 _BLOCKS = 512
 _GUARD = 0.01
+_SEARCH_GUARD = 0.5  # the block cgf's allowed error (nats) in choose_theta's Chernoff search
 
 
-def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.ndarray:
-    """count x ``cgf`` with the pmf summed into at most ``_BLOCKS`` blocks, each mass at its block's
-    centroid: only to choose among tilts or Chernoff parameters, where any choice is valid and the bound
-    itself is then computed exactly. The blocks' cgf is below the exact one by at most theta^2 w^2 / 8
-    per step (Hoeffding's lemma, blocks w indices wide); where that, times ``count``, exceeds 0.01 the
-    exact cgf is used. The blocks are kept per pmf array (the memo holds the array, so its id is not
-    reused)."""
+def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1, guard: float = _GUARD) -> np.ndarray:
+    """count x ``cgf`` with the pmf summed into at most ``_BLOCKS`` blocks: only to choose among tilts or
+    Chernoff parameters, where any choice is valid and the bound itself is then computed exactly.
+
+    Each block (w indices wide) enters with its mass m, centroid c and variance v as m e^{theta c +
+    theta^2 v / 2}: its own log-mgf to second order, off by about |theta|^3 (w - 1)^3 / 6 per step (the
+    third moment about the centroid; a block of centroids alone, as before, was off by up to theta^2
+    w^2 / 8 by Hoeffding's lemma, so long compositions fell back on the exact cgf at almost every
+    theta). Where that, times ``count``, exceeds ``guard`` (or |theta| (w - 1) > 1) the exact cgf is used.
+    The blocks are kept per pmf array (the memo holds the array, so its id is not reused)."""
     thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
     found = _COARSE.get(id(pmf))
     if found is None or found[0] is not pmf:
@@ -94,16 +113,20 @@ def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1) -> np.n
         blocks = padded.reshape(-1, width)
         mass = blocks.sum(axis=1)
         keep = mass > 0
-        centroid = (blocks @ np.arange(width, dtype=np.float64))[keep] / mass[keep]
-        found = (pmf, np.log(mass[keep]), start + width * np.nonzero(keep)[0] + centroid, width)
+        offsets = np.arange(width, dtype=np.float64)
+        centroid = (blocks @ offsets)[keep] / mass[keep]
+        variance = np.maximum((blocks @ (offsets * offsets))[keep] / mass[keep] - centroid * centroid, 0.0)
+        found = (pmf, np.log(mass[keep]), width * np.nonzero(keep)[0] + centroid, 0.5 * variance, width)
         if len(_COARSE) >= 16:
             _COARSE.pop(next(iter(_COARSE)))
         _COARSE[id(pmf)] = found
-    _, log_mass, centre, width = found
-    exponent = log_mass[None, :] + thetas[:, None] * centre[None, :]
+    _, log_mass, centre, half_variance, width = found
+    centre = centre + start
+    exponent = log_mass[None, :] + thetas[:, None] * centre[None, :] + (thetas * thetas)[:, None] * half_variance[None, :]
     top = exponent.max(axis=1)
     out = top + np.log(np.exp(exponent - top[:, None]).sum(axis=1))
-    coarse = count * thetas**2 * (width - 1) ** 2 / 8.0 > _GUARD
+    reach = np.abs(thetas) * (width - 1)
+    coarse = (count * reach**3 / 6.0 > guard) | (reach > 1.0)
     if np.any(coarse):
         out[coarse] = cgf(pmf, start, thetas[coarse])
     return count * out
@@ -144,9 +167,9 @@ class _Profile:
                 self.log_b = np.log(np.cumsum((p * np.exp(self.s[0] - self.s))[::-1])[::-1]) - self.s[0]
             else:
                 self.log_b = np.logaddexp.accumulate((np.log(p) - self.s)[::-1])[::-1]
-        a_next, log_b_next = np.append(self.a[1:], 0.0), np.append(self.log_b[1:], -np.inf)
+        self.at_points = np.zeros(len(p))  # the profile at s_j; 0 at the last bin (nothing above it)
         with np.errstate(over="ignore"):
-            self.at_points = a_next - np.exp(self.s + log_b_next)  # the profile at s_j
+            self.at_points[:-1] = self.a[1:] - np.exp(self.s[:-1] + self.log_b[1:])
 
     def x_at(self, delta: float) -> float:
         """Smallest x >= floor with the profile <= delta (``floor`` if it holds there)."""
@@ -212,15 +235,19 @@ def tilt(items: Sequence[Item], theta: float) -> Tilted:
 def _tilt(items: Sequence[Item], theta: float) -> Tilted:
     arrays, log_scale, log_factor, mean, var = [], 0.0, 0.0, 0.0, 0.0
     for item in items:
-        keep = item.pmf > 0
+        keep, log_p = _positive_logs(item.pmf)  # the zero masses stay 0 (their exponent is -inf)
         idx = np.arange(len(item.pmf), dtype=np.float64) + item.start
-        exponent = np.where(keep, np.log(np.where(keep, item.pmf, 1.0)) + theta * idx, -np.inf)
+        turn = theta * idx[keep]
+        exponent = log_p + turn
         k = float(cgf(item.pmf, item.start, [theta])[0])
-        x = np.exp(exponent - k)
-        # log p (u |log p|), theta j (u |theta j|), their sum (u |exponent|), less k (u |exponent - k|), exp
-        log_p = np.abs(np.where(keep, exponent - theta * idx, 0.0))
-        spread = float(np.max(2.0 * log_p + 2.0 * np.abs(theta * idx) + np.abs(np.where(keep, exponent - k, 0.0)),
-                              initial=0.0))
+        shifted = exponent - k
+        x = np.zeros(len(item.pmf))
+        x[keep] = np.exp(shifted)
+        # log p (u |log p|), theta j (u |theta j|), their sum (u |exponent|), less k (u |exponent - k|), exp;
+        # at the zero masses only 2 |theta j| (its largest at an end of the array)
+        ends = 2.0 * max(abs(theta * idx[0]), abs(theta * idx[-1])) if len(idx) else 0.0
+        spread = max(float(np.max(2.0 * np.abs(exponent - turn) + 2.0 * np.abs(turn) + np.abs(shifted), initial=0.0)),
+                     ends)
         rel = item.rel_error + _U * (4.0 + 1.01 * spread)
         m1 = float(np.dot(x, idx)) / float(x.sum())
         m2 = float(np.dot(x, (idx - m1) ** 2)) / float(x.sum())
@@ -328,19 +355,22 @@ def _power(spectrum: np.ndarray, count: int, bound: float) -> Tuple[np.ndarray, 
     scaled = count * log_modulus
     keep = scaled > -740.0
     turn = count * angle
-    power = np.where(keep, np.exp(np.maximum(scaled, -745.0)), 0.0) * (np.cos(turn) + 1j * np.sin(turn))
+    radius = np.where(keep, np.exp(np.maximum(scaled, -745.0)), 0.0)
+    power = np.empty(len(live), dtype=np.complex128)  # radius (cos + i sin), without complex products
+    power.real = radius * np.cos(turn)
+    power.imag = radius * np.sin(turn)
+    size = np.abs(power)
     with np.errstate(invalid="ignore"):
         rounding = (2.0 * count * _U * (np.abs(log_modulus) + np.abs(angle) + 2.0)
                     + _U * (np.abs(scaled) + np.abs(turn)) + 8.0 * _U)
     rounding = np.where(keep, np.expm1(np.minimum(rounding * 1.01, 700.0)), 0.0)
     lost = np.where(keep, 0.0, 1e-300)  # powers below e^-740, set to 0
     out[live] = power
-    err[live] = (count * bound * np.exp(np.minimum(log_reach[live], 700.0)) + np.abs(power) * rounding + lost) \
-        * (1.0 + 1e-9)
+    err[live] = (count * bound * np.exp(np.minimum(log_reach[live], 700.0)) + size * rounding + lost) * (1.0 + 1e-9)
     # in l2 (the full spectrum's norm): ||c (y - Y) max(|y|, |Y|)^(c-1)|| <= c ||y - Y|| max(...)^(c-1), and
     # ||y - Y|| <= bound itself (Higham's bound is on the norm), plus the evaluation's rounding
     rest = np.zeros(len(spectrum))
-    rest[live] = np.abs(power) * rounding + lost
+    rest[live] = size * rounding + lost
     l2 = (count * bound * math.exp(min(float(np.max(log_reach, initial=-np.inf)), 700.0))
           + math.sqrt(2.0 * float(np.dot(rest, rest))) + 1e-300 * math.sqrt(2.0 * len(spectrum))) * (1.0 + 1e-9)
     return out, err, l2
@@ -374,7 +404,9 @@ def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0)
         spectrum = spectrum * power
         error += 4.0 * _U * np.abs(spectrum)
         error_l2 += 4.0 * _U * full(np.abs(spectrum))
-    values = np.roll(sfft.irfft(spectrum, size), -((first - offset) % size))
+    values = sfft.irfft(spectrum, size)
+    shift = (first - offset) % size  # bin i of the window is bin (i + shift) mod size of the circular sum
+    values = np.concatenate([values[shift:], values[:shift]]) if shift else values
     e2 = (min(full(error), error_l2) + gamma * full(np.abs(spectrum))) / math.sqrt(size) * (1.0 + 1e-9)
     # untilting e^{log_scale - theta s} is computed with an exponent good to u (|log_scale| + |theta s|)
     # each (the sum log_scale of the counts' k, the product theta s, the difference), and summing a
@@ -399,18 +431,19 @@ def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: fl
                  start: float = None) -> Tuple[float, float]:
     """The tilt theta (index units) under which the sum's mean is the epsilon sought (or ``x``, index
     units), and that epsilon's Chernoff estimate: x(theta) = (K(theta) + log c(theta/h) - log delta) /
-    theta minimised (with K from ``approximate_cgf``: an estimate). Any theta gives valid bounds; this
-    one centres the tilted sum where delta is read off (a saddle point)."""
+    theta minimised (with K from ``approximate_cgf`` within about ``_SEARCH_GUARD`` nats: an estimate,
+    which moves x by about that over theta, far less than the tilted sum's spread). Any theta gives
+    valid bounds; this one centres the tilted sum where delta is read off (a saddle point)."""
     def chernoff(lams):
         thetas = lams * h
         total = log_hockey_constant(lams)
         for item in items:
-            total = total + approximate_cgf(item.pmf, item.start, thetas, item.count)
+            total = total + approximate_cgf(item.pmf, item.start, thetas, item.count, _SEARCH_GUARD)
         return (total - log_delta) / thetas
 
     if x is None:
         lams = np.geomspace(1e-3, 1e5, 17)
-        for _ in range(3):
+        for _ in range(2):
             values = chernoff(lams)
             best = int(np.nanargmin(values))
             lams = np.geomspace(lams[max(best - 1, 0)], lams[min(best + 1, len(lams) - 1)], 9)

@@ -36,9 +36,9 @@ def _crossing_sums(ell: np.ndarray, a: np.ndarray, b: np.ndarray, x0: float):
     """The tail sums of a and b and the crossing's sum at each x = ell_j (``_crossing``)."""
     big_a = np.cumsum(a[::-1])[::-1]
     big_b = np.cumsum(b[::-1])[::-1]
-    a_next, b_next = np.append(big_a[1:], 0.0), np.append(big_b[1:], 0.0)
+    at_points = np.zeros(len(ell))  # the sum at x = ell_j; 0 at the last bin (nothing above it)
     with np.errstate(over="ignore", invalid="ignore"):
-        at_points = a_next - np.exp(np.minimum(ell - x0, 700.0)) * b_next  # the sum at x = ell_j
+        at_points[:-1] = big_a[1:] - np.exp(np.minimum(ell[:-1] - x0, 700.0)) * big_b[1:]
     return big_a, big_b, at_points
 
 
@@ -80,6 +80,7 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
     log_cut = math.log(1e-3 * budget)
     keep = np.isfinite(log_a) & (math.log(p_sum.error + 1e-300) + log_wp <= log_cut)
     keep &= log_a - log_b > x0 - 600.0  # bins 600 below x0 in loss only count at x far below the answer
+    sums = None
     for rounds in range(2):  # the second time with the answer's estimate for the Q cut
         if not np.any(keep):
             return None
@@ -90,11 +91,19 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
         b = np.exp(np.minimum(log_a[keep][order] + x0 - ell, 700.0))
         if rounds == 0:
             if near is None:
-                near = _crossing(ell, a, b, budget, x0)
+                sums = _crossing_sums(ell, a, b, x0)
+                near = _crossing(ell, a, b, budget, x0, sums)
             if not math.isfinite(near):
                 return None
-            keep &= math.log(q_sum.error + 1e-300) + log_wq + near + q_sum.log_factor <= log_cut
-    return _Event(ell, a, b, log_wp[keep][order], log_wq[keep][order], x0)
+            cut = math.log(q_sum.error + 1e-300) + log_wq + near + q_sum.log_factor <= log_cut
+            if np.all(cut[keep]):  # the Q cut leaves every bin in: the same bins again (kept as they are)
+                break
+            keep &= cut
+            sums = None
+    event = _Event(ell, a, b, log_wp[keep][order], log_wq[keep][order], x0)
+    if sums is not None:  # the tail sums of these very bins, already computed
+        object.__setattr__(event, "_sums", sums)
+    return event
 
 
 def _event_error(p_sum, q_sum, event, x_low, x_high) -> float:

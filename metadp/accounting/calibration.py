@@ -17,7 +17,6 @@ releases nothing).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from typing import Callable, Optional
@@ -51,9 +50,39 @@ def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_rem
     return _accountant(accountant, relation, timed=False).compose(event).get_epsilon(delta)
 
 
-def _search_epsilon(event: ev.Event, delta: float, relation: str, accountant: str) -> float:
-    """A certified epsilon for the search (the PLD accountant's default time budget applies)."""
-    return _accountant(accountant, relation, timed=True).compose(event).get_epsilon(delta)
+def _search(event: ev.Event, delta: float, relation: str, accountant: str):
+    """(a certified epsilon for the search, with the PLD accountant's default time budget; whether
+    ``certified_epsilon`` gives the very same number): it does where the
+    time budget did not decide anything, i.e. for an accountant without one, and for the PLD accountant
+    when its refinement was not stopped by it (the refinement is otherwise deterministic, so the untimed
+    run takes the same rounds to the same bounds). The final check then reuses the search's value
+    instead of computing it again."""
+    acc = _accountant(accountant, relation, timed=True).compose(event)
+    if "max_seconds" not in inspect.signature(type(acc)).parameters:
+        return acc.get_epsilon(delta), True
+    if hasattr(acc, "get_epsilon_bounds"):
+        result = acc.get_epsilon_bounds(delta)
+        return result.epsilon_upper, not getattr(result, "stopped_by_time", True)
+    return acc.get_epsilon(delta), False
+
+
+class _Searched:
+    """The search's epsilons by parameter, and the certified (time-independent) epsilon from them where
+    the search's is already that number (``_search``), else computed."""
+
+    def __init__(self, make_event, delta: float, relation: str, accountant: str):
+        self.make_event, self.delta, self.relation, self.accountant = make_event, delta, relation, accountant
+        self.found = {}
+
+    def search(self, x) -> float:
+        if x not in self.found:
+            self.found[x] = _search(self.make_event(x), self.delta, self.relation, self.accountant)
+        return self.found[x][0]
+
+    def certified(self, x) -> float:
+        if x in self.found and self.found[x][1]:
+            return self.found[x][0]
+        return certified_epsilon(self.make_event(x), self.delta, relation=self.relation, accountant=self.accountant)
 
 
 def _check_target(target_epsilon: float, delta: float):
@@ -81,13 +110,10 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
     """
     target, delta = _check_target(target_epsilon, delta)
     _accountant(accountant, relation, timed=True)  # validates the name
+    searched = _Searched(make_event, delta, relation, accountant)
 
-    @functools.lru_cache(maxsize=None)
-    def eps(z: float) -> float:
-        return _search_epsilon(make_event(z), delta, relation, accountant)
-
-    z = _smallest_noise(eps, target, rtol)
-    while certified_epsilon(make_event(z), delta, relation=relation, accountant=accountant) > target:
+    z = _smallest_noise(searched.search, target, rtol)
+    while searched.certified(z) > target:
         z *= 1.0 + rtol / 4.0  # not reached while the search's bounds are the looser ones; a safeguard
         if z > _NOISE_RANGE[1]:
             raise ValueError(f"target_epsilon {target:g} is unreachable: even noise multiplier "
@@ -141,12 +167,13 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     cap = ev.MAX_COUNT if limit is None else check_count("limit", limit, minimum=1, maximum=ev.MAX_COUNT)
     _accountant(accountant, relation, timed=True)  # validates the name
 
+    searched = _Searched(lambda t: ev.SelfComposed(step_event, t), delta, relation, accountant)
+
     def ok(t: int) -> bool:
-        return _search_epsilon(ev.SelfComposed(step_event, t), delta, relation, accountant) <= target
+        return searched.search(t) <= target
 
     def verified(t: int) -> bool:
-        return certified_epsilon(ev.SelfComposed(step_event, t), delta, relation=relation,
-                                 accountant=accountant) <= target
+        return searched.certified(t) <= target
 
     if not ok(1):
         return 0
@@ -189,11 +216,13 @@ def max_rate(make_event: Callable[[float], ev.Event], target_epsilon: float, del
     target, delta = _check_target(target_epsilon, delta)
     _accountant(accountant, relation, timed=True)  # validates the name
 
+    searched = _Searched(make_event, delta, relation, accountant)
+
     def ok(q: float) -> bool:
-        return _search_epsilon(make_event(q), delta, relation, accountant) <= target
+        return searched.search(q) <= target
 
     def verified(q: float) -> bool:
-        return certified_epsilon(make_event(q), delta, relation=relation, accountant=accountant) <= target
+        return searched.certified(q) <= target
 
     if ok(1.0) and verified(1.0):
         return 1.0

@@ -84,3 +84,44 @@ def test_calibration_under_a_tiny_time_budget_meets_the_target(monkeypatch):
     exact = pld.PldAccountant(max_seconds=math.inf).compose(make_event(b)).get_epsilon(1e-6)
     assert exact <= 0.1158
     assert calibration.certified_epsilon(make_event(b), 1e-6, accountant="pld") == exact
+
+
+def test_pld_result_says_whether_the_time_budget_stopped_the_refinement():
+    # this plan takes two refinement rounds: a zero budget stops it after the first (wider interval)
+    event = PoissonSampled(0.01, Gaussian(20.0))
+    stopped = pld.PldAccountant(max_seconds=0.0).compose(event, 10**5).get_epsilon_bounds(1e-6)
+    free = pld.PldAccountant(max_seconds=math.inf).compose(event, 10**5).get_epsilon_bounds(1e-6)
+    assert stopped.stopped_by_time and not free.stopped_by_time
+    assert free.epsilon_upper - free.epsilon_lower < stopped.epsilon_upper - stopped.epsilon_lower
+
+
+def _counting_certified(monkeypatch):
+    calls = []
+    original = calibration.certified_epsilon
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "certified_epsilon", counted)
+    return calls
+
+
+def test_calibration_reuses_the_search_bound_where_no_time_budget_decided_it(monkeypatch):
+    # the search's PLD bounds ran to the tolerance: the final check is that same number, not a new query
+    calls = _counting_certified(monkeypatch)
+    make_event = lambda b: SelfComposed(Laplace(b), 1000)  # noqa: E731
+    b = calibrate_noise(make_event, 0.1158, 1e-6, accountant="pld")
+    assert calls == []
+    assert pld.PldAccountant(max_seconds=math.inf).compose(make_event(b)).get_epsilon(1e-6) <= 0.1158
+    assert max_steps(PoissonSampled(0.004, Gaussian(1.0)), 10.0, 1e-6, limit=100) == 100 and calls == []
+
+
+def test_calibration_checks_again_where_the_time_budget_stopped_the_search(monkeypatch):
+    # every search bound as if the time budget had stopped it: the answer's bound is computed untimed
+    calls = _counting_certified(monkeypatch)
+    search = calibration._search
+    monkeypatch.setattr(calibration, "_search", lambda *args: (search(*args)[0], False))
+    make_event = lambda b: SelfComposed(Laplace(b), 1000)  # noqa: E731
+    b = calibrate_noise(make_event, 0.1158, 1e-6, accountant="pld")
+    assert len(calls) == 1 and calls[0][0] == make_event(b)

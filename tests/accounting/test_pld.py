@@ -156,6 +156,26 @@ def test_trajectory_on_top_of_the_ledger_and_with_a_step_event():
         PldAccountant().trajectory([1], 1e-6)
 
 
+def test_trajectory_asks_rdp_only_where_it_can_win(monkeypatch):
+    # the lattice met the tolerance at the longest count: the RDP trajectory (it was 2/3 of a plan
+    # plot's PLD time, and above PLD at every count) is not computed at all
+    step, counts = PoissonSampled(0.5, Gaussian(0.6)), [1, 3000]
+    rdp = RdpAccountant().trajectory(counts, 1e-7, step_event=step)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("RDP trajectory computed")
+
+    tight = PldAccountant().trajectory(counts, 1e-7, step_event=step)
+    assert np.all(tight < rdp)  # 8.69 < 9.24, 1645.9 < 1675.1
+    monkeypatch.setattr(RdpAccountant, "trajectory", refused)
+    assert np.array_equal(PldAccountant().trajectory(counts, 1e-7, step_event=step), tight)
+    monkeypatch.undo()
+    # a point budget too small for the tolerance: every count is capped by RDP, which wins at the last
+    # (at one step RDP's 9.24 is above the coarse PLD bound 9.04; at 3000 steps it is below it)
+    coarse = PldAccountant(max_fft_size=1024).trajectory(counts, 1e-7, step_event=step)
+    assert coarse[0] < rdp[0] and coarse[1] == rdp[1]
+
+
 @pytest.mark.slow
 def test_long_composition_acceptance_plan():
     # Issue 3 plan: rate 1e-4, noise 0.8, 1e6 steps, delta 1e-7. Anchors run on this machine 2026-11-21:
