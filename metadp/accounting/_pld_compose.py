@@ -294,7 +294,8 @@ class TiltedSum:
         if lo >= len(self.values):
             return 0.0
         s, scale = self._scale(lo)
-        g = scale * np.maximum(-np.expm1(x - s * self.h), 0.0)
+        # (1 - e^u)_+ is 0 for every u >= 0: cap u there, so a far-right bin (u > 709) does not overflow
+        g = scale * np.maximum(-np.expm1(np.minimum(x - s * self.h, 0.0)), 0.0)
         top = float(np.max(g, initial=0.0))
         return top * math.sqrt(float(np.dot(g / top, g / top))) if 0.0 < top < math.inf else top
 

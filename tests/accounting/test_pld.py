@@ -1,6 +1,7 @@
 """PLD accountant: certified two-sided bounds against closed forms and the anchor libraries."""
 
 import math
+import warnings
 
 import mpmath
 import numpy as np
@@ -245,3 +246,13 @@ def test_a_gaussian_with_almost_no_noise_gets_a_valid_bound_not_a_crash(z):
     assert 0.0 <= result.epsilon_lower <= result.epsilon_upper < math.inf
     assert delta_of(result.epsilon_upper) <= 1e-5  # a valid upper bound
     assert delta_of(0.995 * result.epsilon_upper) > 1e-5  # and within 0.5% of the exact epsilon
+
+
+def test_tiny_noise_bounds_without_overflow_warnings():
+    # z = 0.001 at rate 0.5: the error term's (1 - e^(x - s h))_+ met arguments beyond 709 (numpy's expm1
+    # overflowed to inf, then clipped to 0: the right value, with a RuntimeWarning); the bound is the
+    # same and no warning is raised
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        r = PldAccountant().compose(PoissonSampled(0.5, Gaussian(0.001)), 1).get_epsilon_bounds(1e-5)
+    assert 0.0 <= r.epsilon_lower <= r.epsilon_upper
