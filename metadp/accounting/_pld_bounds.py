@@ -1,7 +1,8 @@
 """The PLD accountant's certified bounds (``metadp.accounting.pld``): the lattice refined until the
 [lower, upper] interval meets the tolerance; for one direction, the tilt, the FFT window and its
-Chernoff tails, epsilon(delta) and delta(epsilon) on the lattice (``_pld_compose``); the terms charged
-to delta, for the notes; and the trajectory of a composed step.
+Chernoff tails (``_pld_window``), epsilon(delta) and delta(epsilon) on the lattice (``_pld_compose``;
+tilts chosen with ``_pld_cgf``); the terms charged to delta, for the notes; and the trajectory of a
+composed step.
 """
 
 from __future__ import annotations
@@ -13,24 +14,20 @@ import time
 from typing import Tuple
 
 import numpy as np
-from scipy import fft as sfft
 
 from metadp.accounting import _pld_compose as _comp
 from metadp.accounting import _pld_event as _event
 from metadp.accounting import _pld_lattice as _lat
+from metadp.accounting import _pld_window as _win
+from metadp.accounting._pld_window import DELTA_SHARE as _DELTA_SHARE, STEPS as _STEPS
 
 __all__ = ["PldResult"]
 
 
-_DELTA_SHARE = 1e-5  # fraction of delta spent on each truncation (tails, window)
 _PILOT = 14  # the first lattice puts about 2^_PILOT points across the composed sum's window
 _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
-_UNTILTED_SHARE = 1e-4  # the untilted FFT is used where its round-off is predicted below this share of delta
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 _COARSER = 4.0  # a direction behind the largest is first bounded on a lattice this many times coarser
-# the block cgf's allowed error (nats) when it picks a window's Chernoff parameters: they sit on a grid
-# 2.3x apart, where the bound is flat near its best, and the bound is then computed exactly
-_WINDOW_GUARD = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,84 +154,6 @@ def _inf_mass(lattices) -> float:
     return -math.expm1(sum(c * math.log1p(-min(L.up_inf, 1.0 - 1e-16)) for L, c in lattices)) * (1.0 + 1e-12)
 
 
-# Chernoff parameters tried at a window's ends, in units of 1/sd of the tilted sum: heavy-tailed steps
-# (small sampling rates) need far smaller ones than a Gaussian
-_STEPS = np.geomspace(1e-4, 16.0, 12)
-
-
-def _window(items, tilted, level, max_memory, steps=_STEPS, guessed=None):
-    """The FFT window [first, first + size) for the tilted sum: its Chernoff quantiles at ``level`` on
-    each side (the whole support when that is shorter), size 2-3-5-smooth; also the log bound on the
-    exact untilted mass above it and the tilted mass outside it (which the FFT wraps in). ``guessed``:
-    (steps / sd, the block estimate at theta +- those steps) where the caller has it for this tilt
-    (``_untilted_prediction``): it only picks the Chernoff parameters."""
-    low = sum(item.count * item.start for item in items)
-    high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
-    theta, steps = tilted.theta, steps / tilted.sd
-    log_level = math.log(level)
-    # the best Chernoff parameter of each end chosen on the pmfs' blocks (any is valid), then the
-    # bound computed exactly there
-    if guessed is not None:
-        steps, guess = guessed
-    else:
-        both = np.concatenate([theta + steps, theta - steps])  # a guess within ~_WINDOW_GUARD nats suffices
-        guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count, _WINDOW_GUARD)
-                    + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
-    i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
-    i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
-    up_step, down_step = steps[i_up:i_up + 1], steps[i_down:i_down + 1]
-    both = np.concatenate([theta + up_step, theta - down_step])
-    total = sum(item.count * (_comp.cgf(item.pmf, item.start, both) + _comp.log_inverse(item.rel_error))
-                for item in items) - tilted.log_scale
-    up, down = total[:1], total[1:]
-    top = min(high, math.ceil(float(np.min((up - log_level) / up_step))))
-    first = max(low, math.floor(float(np.max((log_level - down) / down_step))))
-    size = sfft.next_fast_len(max(1024, top - first + 2), real=True)  # 2-3-5-smooth
-    if size * 16 * 6 > max_memory:
-        raise MemoryError(1.05 * size * 16 * 6 / max_memory)  # how much wider h must be
-    if size >= high - low + 1:
-        return low, size, -math.inf, 0.0
-    first = min(first, high - size + 1)
-    top = first + size - 1
-    log_above = float(np.min(up + tilted.log_scale - (theta + up_step) * top)) if top < high else -math.inf
-    outside = (math.exp(min(float(np.min(up - up_step * top)), 0.0)) if top < high else 0.0) + \
-        (math.exp(min(float(np.min(down + down_step * first)), 0.0)) if first > low else 0.0)
-    return first, size, log_above, outside
-
-
-def _untilted_is_enough(items, flat, size, delta) -> bool:
-    """Whether the untilted FFT's round-off is predicted below ``_UNTILTED_SHARE`` of delta: its l2 bound
-    is about sum_i c_i gamma ||x_i||_2 (``_pld_compose.compose``), read on an l2 norm of about (N / 2)^(1/2)
-    bins. The prediction only picks the tilt; the bound charged is the one computed."""
-    gamma = _comp.fft_gamma(size)
-    predicted = sum(item.count * gamma * float(np.linalg.norm(x)) for item, (x, _) in zip(items, flat.arrays))
-    return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
-
-
-def _untilted_prediction(items, level):
-    """(``_untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
-    norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it);
-    the steps and block estimates it used, which ``_window`` reuses for the untilted sum)."""
-    var, log_scale, norm = 0.0, 0.0, 0.0
-    for item in items:
-        total = float(item.pmf.sum())
-        idx = np.arange(len(item.pmf), dtype=np.float64)
-        mean = float(np.dot(item.pmf, idx)) / total
-        var += item.count * float(np.dot(item.pmf, (idx - mean) ** 2)) / total
-        log_scale += item.count * math.log(total)
-        norm += item.count * float(np.linalg.norm(item.pmf)) / total
-    steps = _STEPS / math.sqrt(max(var, 1.0))
-    guess = sum(_comp.approximate_cgf(item.pmf, item.start, np.concatenate([steps, -steps]), item.count)
-                + item.count * _comp.log_inverse(item.rel_error) for item in items) - log_scale
-    low = sum(item.count * item.start for item in items)
-    high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
-    top = min(high, math.ceil(float(np.min((guess[: len(steps)] - math.log(level)) / steps))))
-    first = max(low, math.floor(float(np.max((math.log(level) - guess[len(steps):]) / steps))))
-    size = sfft.next_fast_len(max(1024, top - first + 2), real=True)
-    likely = norm * _comp.fft_gamma(size) * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * level / _DELTA_SHARE
-    return likely, (steps, guess)
-
-
 def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     """The upper composed sum of one direction at tilt theta (None: untilted if that is accurate
     enough, else the saddle point): (TiltedSum, charge), charge being the exact mass above the window
@@ -243,20 +162,20 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
         # delta at x: the answer's size is unknown, so the sum is always centred on x; otherwise the
         # untilted sum is tried where a cheap prediction expects it to be accurate enough
         tilted = None
-        likely, guessed = _untilted_prediction(items, level) if x is None else (False, None)
+        likely, guessed = _win.untilted_prediction(items, level) if x is None else (False, None)
         if likely:
             tilted = _comp.tilt(items, 0.0)
-            window = _window(items, tilted, level, max_memory, guessed=guessed)
-            if not _untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
+            window = _win.window(items, tilted, level, max_memory, guessed=guessed)
+            if not _win.untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
                 tilted = None
         if tilted is None:
             theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(delta),
                                        x=None if x is None else x / h)[0]
             tilted = _comp.tilt(items, theta)
-            window = _window(items, tilted, level, max_memory)
+            window = _win.window(items, tilted, level, max_memory)
     else:
         tilted = _comp.tilt(items, theta)
-        window = _window(items, tilted, level, max_memory)
+        window = _win.window(items, tilted, level, max_memory)
     first, size, log_above, _ = window
     if x is not None and x < first * h:  # delta at x needs the window to reach below x
         first = math.floor(x / h) - 1
@@ -328,7 +247,7 @@ def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
         # the composed event has probability 0 on that side and certifies only the trivial lower bound
         return 0.0, 0
     tilted = _comp.tilt(p_items, theta)
-    first, size, _, outside = _window(p_items, tilted, tau, max_memory)
+    first, size, _, outside = _win.window(p_items, tilted, tau, max_memory)
     p_sum = _comp.compose(tilted, first, size, h, alias=outside)
     # Q's labels sit at a loss ratio of the P-masses' labels only up to the rounding: centre its
     # tilted sum on P's (about theta + h, the tilt that turns Q's loss law into P's)
@@ -408,7 +327,7 @@ def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
     if any(not np.any(item.pmf > 0) for item in p_items):  # a pair without lower-bound masses: trivial lower 0
         return 0.0, upper
     tilted = _comp.tilt(p_items, up.theta)
-    first, size, _, outside = _window(p_items, tilted, tau, max_memory)
+    first, size, _, outside = _win.window(p_items, tilted, tau, max_memory)
     if epsilon < first * h:
         return 0.0, upper
     p_sum = _comp.compose(tilted, first, size, h, alias=outside)
