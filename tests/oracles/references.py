@@ -159,6 +159,13 @@ def ref_wor_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DP
     Returns:
       The RDP upper bound as mpf.
     """
+    return _wor_rdp(rate, noise_multiplier, order, dps, _wor_cgf_integer)
+
+
+def _wor_rdp(rate, noise_multiplier, order, dps: int, cgf_integer) -> mpmath.mpf:
+    """The RDP bound at any order > 1 from the integer-order cumulants ``cgf_integer(gamma, z, n)`` =
+    (n - 1) eps(n): at a fractional order the cumulant interpolated linearly between its integer
+    neighbours (it is convex in the order, so the chord is above it), below 2 the order-2 value."""
     check_dps(dps)
     gamma = mp_rate(rate)
     z = mp_positive(noise_multiplier, "noise_multiplier")
@@ -169,12 +176,12 @@ def ref_wor_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DP
         if gamma == 1:
             return a / (2 * z * z)
         if a < 2:
-            return _wor_cgf_integer(gamma, z, 2)
+            return cgf_integer(gamma, z, 2)
         lo = int(mpmath.floor(a))
         if lo == a:
-            return _wor_cgf_integer(gamma, z, lo) / (a - 1)
+            return cgf_integer(gamma, z, lo) / (a - 1)
         t = a - lo
-        cgf = (1 - t) * _wor_cgf_integer(gamma, z, lo) + t * _wor_cgf_integer(gamma, z, lo + 1)
+        cgf = (1 - t) * cgf_integer(gamma, z, lo) + t * cgf_integer(gamma, z, lo + 1)
         return cgf / (a - 1)
 
 
@@ -214,23 +221,7 @@ def _wor27_cgf_integer(gamma, z, n: int) -> mpmath.mpf:
 def ref_wor27_gaussian_rdp(rate, noise_multiplier, order, *, dps: int = DEFAULT_DPS) -> mpmath.mpf:
     """As ``ref_wor_gaussian_rdp`` with Wang, Balle & Kasiviswanathan 2019 (arXiv:1808.00087) Thm 27's
     terms (the Gaussian's Pearson-Vajda moments D_n = E_Q[(L-1)^n]) where metadp uses them."""
-    check_dps(dps)
-    gamma = mp_rate(rate)
-    z = mp_positive(noise_multiplier, "noise_multiplier")
-    a = mp_order(order)
-    with mpmath.workdps(dps + GUARD_DPS):
-        if gamma == 0:
-            return mpmath.mpf(0)
-        if gamma == 1:
-            return a / (2 * z * z)
-        if a < 2:
-            return _wor27_cgf_integer(gamma, z, 2)
-        lo = int(mpmath.floor(a))
-        if lo == a:
-            return _wor27_cgf_integer(gamma, z, lo) / (a - 1)
-        t = a - lo
-        cgf = (1 - t) * _wor27_cgf_integer(gamma, z, lo) + t * _wor27_cgf_integer(gamma, z, lo + 1)
-        return cgf / (a - 1)
+    return _wor_rdp(rate, noise_multiplier, order, dps, _wor27_cgf_integer)
 
 
 # --------------------------------------------------------------------------- conversions
