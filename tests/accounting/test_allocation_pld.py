@@ -17,9 +17,9 @@ from metadp.amplification import allocation_bounds as ab
 from metadp.core import events as ev
 
 
+@mpmath.workdps(30)
 def _exact_delta_t2(z: float, eps: float) -> float:
     """max over the two orders of the exact delta(eps) of one pass with t = 2 (mpmath, 30 digits)."""
-    mpmath.mp.dps = 30
     z = mpmath.mpf(z)
     m, s = -1 / (2 * z * z), 1 / z  # log V ~ N(m, s^2), E V = 1
     c = mpmath.e ** mpmath.mpf(eps)
