@@ -16,6 +16,11 @@ otherwise. The stored file is never trusted blindly:
   file at the end of the session (``python tests/oracles/stored.py`` regenerates it).
 * unset: stored values where present, fresh computations elsewhere.
 
+``METADP_REFERENCES_MISSED=FILE`` (any mode but check) appends to FILE the test and reference of every
+call that had to be computed: on the default suite it should list only ``test_stored.py``'s deliberate
+misses. A test that changes mpmath's global precision makes every later call in its process miss (the
+precision is part of the key), which is why ``tests/conftest.py`` fails such a test.
+
 A key is the function's qualified name, the reference object's own state (for methods), the
 arguments and the working precision, each number exactly (floats as hex, mpf as its binary tuple),
 hashed (SHA-256), so a stored value answers only the very call that produced it. A test that asks
