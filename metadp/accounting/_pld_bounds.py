@@ -95,8 +95,12 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
         # refining no longer pays: round-off or truncation dominates (without a lower bound, e.g. where
         # the Q-masses underflow at losses beyond ~700 per step, judged by the upper bound's progress)
         if (gap > 0.8 * previous) if lower > 0.0 else (previous - gap < 0.25 * tolerance * upper):
-            if not within:
+            if not within and lower > 0.0:
                 notes.append(f"refinement stalled at h = {h:.3g}: {_width(lower, upper)}")
+            elif not within:  # no lower bound to measure an interval by: say what stopped it
+                notes.append(f"refinement stopped at h = {h:.3g}: the upper bound moved by less than "
+                             f"{0.25 * tolerance:.2g} of itself in the last refinement; this lattice gives no "
+                             "lower bound")
             break
         if h <= h_floor * 1.0001:
             if not within:
