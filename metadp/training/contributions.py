@@ -15,7 +15,8 @@ import torch
 from metadp.training import functional as F
 from metadp.training import private_steps as P
 
-__all__ = ["meta_gradients", "reptile_updates", "dp_reptile_updates", "query_sums", "resolve"]
+__all__ = ["meta_gradients", "reptile_updates", "dp_reptile_updates", "query_sums", "query_sums_given", "resolve"]
+_NAMED = ("meta_gradients", "reptile_updates", "dp_reptile_updates", "query_sums")  # an algorithm's contribution
 
 
 def _inner_std(c) -> float:
@@ -47,10 +48,17 @@ def dp_reptile_updates(alg, model, params, pool, rows, loss_fn, c, noise_gen):
 def query_sums(alg, model, params, pool, rows, loss_fn, c, noise_gen):
     """DP inner loop, per-example query gradients clipped and summed per task (``SampleLevel``): clipped
     by ``clip``, or with ``alg.local_noise`` by ``inner_clip`` and sent as the client's noisy mean
-    (dp-fedmeta.txt Alg. 3, line 13)."""
+    (dp-fedmeta.txt Alg. 3, line 13). The inner noise is drawn first, from ``noise_gen``."""
     batch = pool.batch(rows)
-    inner_std = _inner_std(c)
     noise = P.draw_inner_noise(params, rows.numel(), c.inner_steps, noise_gen)
+    return query_sums_given(alg, model, params, batch, loss_fn, c, noise, noise_gen)
+
+
+def query_sums_given(alg, model, params, batch, loss_fn, c, noise, noise_gen=None):
+    """``query_sums`` on the tasks ``batch`` (x_s, y_s, x_q, y_q) with the inner noise given (standard
+    normal, name -> [T, steps, *shape]); ``noise_gen`` draws only the local noise of ``alg.local_noise``.
+    A canary audit (``metadp.verify.support_canaries``) replays a task's released inner step with it."""
+    inner_std = _inner_std(c)
     grads, losses = P.per_example_query_grads(model, params, batch, loss_fn, c.inner_steps, c.inner_lr, c.inner_clip,
                                               inner_std, noise, c.first_order, c.chunk_size)
     outer_clip = c.inner_clip if alg.local_noise else c.clip
@@ -69,8 +77,8 @@ def resolve(alg):
     fn = alg.contribution
     if callable(fn):
         return fn
-    found = globals().get(fn) if fn in __all__ else None
+    found = globals().get(fn) if fn in _NAMED else None
     if found is None:
-        raise ValueError(f"algorithm {alg.name!r}: contribution must be a callable or one of {__all__[:-1]}, "
+        raise ValueError(f"algorithm {alg.name!r}: contribution must be a callable or one of {list(_NAMED)}, "
                          f"got {fn!r}")
     return found

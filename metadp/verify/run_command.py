@@ -14,13 +14,17 @@ import math
 from pathlib import Path
 
 from metadp.plan import load_plan
-from metadp.report import format_lower, format_upper
+from metadp.report import format_lower
 
 __all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
 
 DEFECT_NAMES = ("low-noise", "no-clipping", "fixed-order")  # metadp.verify.canaries.DEFECTS (torch-free copy)
+SUPPORT_DEFECT = "second-order"  # metadp.verify.support_canaries.DEFECT (torch-free copy)
 KIND_NAMES = ("gradient", "data")  # metadp.verify.canaries.KINDS (torch-free copy)
-RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--canary-kind", "--plant-defect", "--outer-lr", "--hidden")
+ALGORITHMS = ("dp-maml", "dp-agr", "dp-maml-sample")
+RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--canary-kind", "--plant-defect", "--outer-lr", "--hidden",
+             "--inner-lr", "--inner-noise")
+SUPPORT_ONLY = ("--inner-lr", "--inner-noise")
 
 
 def add_run_arguments(v, number) -> None:
@@ -33,13 +37,18 @@ def add_run_arguments(v, number) -> None:
                    "row whose contribution before the trainer's clip is a fixed vector along one parameter coordinate "
                    "(at --view record: + it with the record, - it without); data: a whole sinusoid task (--view task) "
                    "or one support record (--view record)")
-    v.add_argument("--plant-defect", choices=DEFECT_NAMES, help="run: a CONTROL, for testing the audit: plant a "
-                   "defect (noise 5x below the ledger's, clipping off, a fixed order instead of Poisson sampling); "
-                   "the run's guarantee is then void and the audit should flag it")
+    v.add_argument("--plant-defect", choices=DEFECT_NAMES + (SUPPORT_DEFECT,), help="run: a CONTROL, for testing the "
+                   "audit: plant a defect (noise 5x below the ledger's, clipping off, a fixed order instead of Poisson "
+                   "sampling; for dp-maml-sample, second-order: second-order meta-gradients accounted as first-order, "
+                   "README Findings, 4); the run's guarantee is then void and the audit should flag it")
+    v.add_argument("--inner-lr", type=number("--inner-lr", float), help="run, dp-maml-sample: the inner learning rate "
+                   "(default 1)")
+    v.add_argument("--inner-noise", type=number("--inner-noise", float), help="run, dp-maml-sample: the inner noise "
+                   "multiplier z_in (default 40: the support record's claim must be below what M canaries can show)")
     v.add_argument("--outer-lr", type=number("--outer-lr", float), help="run: the meta-learning rate (default: "
                    "the algorithm's)")
     v.add_argument("--hidden", type=number("--hidden", int), help="run: the sinusoid MLP's hidden width, 1-W-W-1 "
-                   "(default 40, the trainer's model)")
+                   "(default 40, the trainer's model; 16 for dp-maml-sample)")
 
 
 def check_run_input(args) -> None:
@@ -49,10 +58,28 @@ def check_run_input(args) -> None:
             if getattr(args, flag[2:].replace("-", "_")) is not None:
                 raise ValueError(f"{flag} applies to metadp verify run, not to {args.mechanism or '--crosscheck'}")
         return
-    algorithms = ("dp-maml", "dp-agr")
-    if args.file not in algorithms:
-        raise ValueError(f"metadp verify run needs an algorithm: one of {', '.join(algorithms)} (e.g. metadp verify run "
+    if args.file not in ALGORITHMS:
+        raise ValueError(f"metadp verify run needs an algorithm: one of {', '.join(ALGORITHMS)} (e.g. metadp verify run "
                          f"dp-maml --plan FILE --data sinusoid --canaries 100), got {args.file!r}")
+    support = args.file == "dp-maml-sample"
+    if support:
+        if (args.view or "record") != "record" or (args.canary_kind or "data") != "data":
+            raise ValueError("metadp verify run dp-maml-sample audits support records: --view record --canary-kind data "
+                             "(the defaults for it)")
+        if args.plant_defect not in (None, SUPPORT_DEFECT):
+            raise ValueError(f"--plant-defect {args.plant_defect} applies to dp-maml and dp-agr; dp-maml-sample's "
+                             f"control is {SUPPORT_DEFECT}")
+        for flag in SUPPORT_ONLY:
+            value = getattr(args, flag[2:].replace("-", "_"))
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
+    else:
+        if args.plant_defect == SUPPORT_DEFECT:
+            raise ValueError(f"--plant-defect {SUPPORT_DEFECT} is dp-maml-sample's control (metadp verify run "
+                             "dp-maml-sample ...)")
+        for flag in SUPPORT_ONLY:
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise ValueError(f"{flag} applies to metadp verify run dp-maml-sample, not to {args.file}")
     for flag in ("--plan", "--data", "--canaries"):
         if getattr(args, flag[2:]) is None:
             raise ValueError(f"{flag} is required for metadp verify run")
@@ -76,7 +103,7 @@ def check_run_input(args) -> None:
         raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
     width = args.hidden or 40
     size = width * width + 4 * width + 1  # the 1-W-W-1 MLP's parameters
-    if (args.canary_kind or "gradient") == "gradient" and args.canaries > size:
+    if not support and (args.canary_kind or "gradient") == "gradient" and args.canaries > size:
         raise ValueError(f"--canaries: gradient canaries take one parameter coordinate each, at most {size} with "
                          f"--hidden {width}, got {args.canaries} (use a wider --hidden or --canary-kind data)")
     if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and args.outer_lr > 0):
@@ -89,12 +116,24 @@ def check_run_input(args) -> None:
 
 def run_audit_command(args) -> int:
     """Trains, audits and prints (table or ``--json``; ``--plot``); returns the exit status."""
+    if args.file == "dp-maml-sample":
+        support = importlib.import_module("metadp.verify.support_canaries")
+        settings = {k: v for k, v in (("inner_lr", args.inner_lr), ("inner_noise", args.inner_noise)) if v is not None}
+        width = args.hidden or 16
+        result = support.run_support_audit(args.loaded_plan, canaries=args.canaries, defect=args.plant_defect,
+                                           beta=args.alpha, seed=args.seed, outer_lr=args.outer_lr,
+                                           sizes=(1, width, width, 1), **settings)
+        return _print_audit(args, result)
     canaries = importlib.import_module("metadp.verify.canaries")
     result = canaries.run_canary_audit(args.loaded_plan, args.file, canaries=args.canaries, view=args.view or "task",
                                        defect=args.plant_defect, kind=args.canary_kind or "gradient",
                                        beta=args.alpha, seed=args.seed,
                                        outer_lr=args.outer_lr,
                                        sizes=(1, args.hidden or 40, args.hidden or 40, 1))
+    return _print_audit(args, result)
+
+
+def _print_audit(args, result: dict) -> int:
     result["plan_file"] = args.plan
     if args.plot:
         plot_canary_audits([result], args.plot)
@@ -119,9 +158,9 @@ def audit_table(r: dict) -> str:
     lines += [f"  canaries      {r['canaries']:,} {r.get('canary_kind', 'data')} canaries ({r['canaries_included']:,} "
               f"included, each with probability 1/2), {r['steps']:,} steps",
               f"  certified     epsilon <= {cert['epsilon_display'] or 'none'} (upper bound, {str(cert['accountant']).upper()}) "
-              f"at delta = {r['delta']:g}"]
+              f"at delta = {r['delta']:g}" + (f"; the claim: {cert['claim']}" if cert.get("claim") else "")]
     for b in r.get("record_bounds", ()):
-        run = "; the run's record view" if b["certified_by_the_run"] else ""
+        run = f"; {b['note']}" if b.get("note") else ("; the run's record view" if b["certified_by_the_run"] else "")
         lines.append(f"    record bound, {b['bound']:<22} epsilon <= {b['epsilon_display']} (upper bound, "
                      f"{b['accountant'].upper()}: {b['event']}{run})")
     lines.append(f"  empirical     epsilon >= {r['epsilon_lower_display']} (lower bound at confidence "
@@ -146,23 +185,34 @@ def plot_canary_audits(results, path, title: str = "One-run canary audits of rea
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 0.6 + 0.55 * len(results)))
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    height = 1.6 + 0.55 * len(results)
+    fig, ax = plt.subplots(figsize=(7.5, height))
+    colour = {"VIOLATION": "tab:red", "consistent": "tab:green"}
     for i, r in enumerate(results):
-        ax.barh(i, r["epsilon_lower"], color="tab:red" if r["verdict"] == "VIOLATION" else "tab:green", alpha=0.7,
-                label="empirical lower bound" if i == 0 else None)
+        ax.barh(i, r["epsilon_lower"], color=colour[r["verdict"]], alpha=0.7)
         if r["certified"]["epsilon"] is not None:
-            ax.plot([r["certified"]["epsilon"]] * 2, [i - 0.4, i + 0.4], color="k", lw=2,
-                    label="certified upper bound" if i == 0 else None)
-        ax.text(max(r["epsilon_lower"], 0) + 0.05, i, f"{r['verdict']}", va="center", fontsize=8)
-        ax.set_yticks(range(len(results)), [
-            f"{r['view']}, {r.get('canary_kind', 'data')}: " + (f"control {r['control']['defect']}" if r["control"]
-                                                                 else "correct run")
-            for r in results])
+            ax.plot([r["certified"]["epsilon"]] * 2, [i - 0.4, i + 0.4], color="k", lw=2)
+        ax.text(max(r["epsilon_lower"], r["certified"]["epsilon"] or 0) + 0.05, i, f"{r['verdict']}", va="center",
+                fontsize=8)
+    ax.set_yticks(range(len(results)), [
+        f"{r['view']}, {r.get('canary_kind', 'data')}: " + (f"control {r['control']['defect']}" if r["control"]
+                                                             else "correct run")
+        for r in results])
+    handles = [Line2D([], [], color="k", lw=2, label="certified upper bound")]
+    handles += [Patch(color=colour[v], alpha=0.7, label=f"empirical lower bound ({v})")
+                for v in colour if any(r["verdict"] == v for r in results)]
+    widest = max(max(r["epsilon_lower"], r["certified"]["epsilon"] or 0) for r in results)
     if max((r["certified"]["epsilon"] or 0) for r in results) > 10:  # a record bound beside task bounds
         ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlim(0, 3 * widest)
+    else:
+        ax.set_xlim(0, 1.25 * max(widest, 0.1))  # room for the verdicts
     ax.set_xlabel(f"epsilon (delta = {results[0]['delta']:g}; lower bounds at confidence {results[0]['confidence']:g})")
     ax.set_title(title, fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.35 / height, 1, 1))  # room for the legend below the axes
     fig.savefig(path, dpi=120)
     plt.close(fig)

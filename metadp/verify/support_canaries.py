@@ -1,0 +1,319 @@
+"""The one-run canary audit of sample-level DP-MAML's support records (README Findings, 4; issue 20).
+
+Sample-level DP-MAML (dp-maml.txt Alg. 2; ``metadp.training.private_steps``) adapts each sampled task by
+one noisy DP-SGD step on its support set, theta_i = phi - lr (sum_j clip(g_j(phi), C_in) + z_in C_in N)
+/ n_s, then clips each query example's meta-gradient at C and releases the sum over tasks plus
+N(0, (z C)^2). dp-maml.txt accounts a support record by the inner Gaussian alone: the outer sum is
+post-processing of theta_i. That holds with **first-order** meta-gradients. With **second-order** ones
+the outer gradient is J^T grad L_q(theta_i), J = I - lr / n_s sum_j d clip(g_j) / d phi: every support
+record's Hessian reaches the release without noise. metadp charges it (``metadp.training.privacy``).
+
+**The claim audited.** A canary is one support record of its host task (data canaries at record level,
+``metadp.verify.canaries``: slot 0 of a host's support set is the canary record when included and the
+host's own point otherwise: a substitution, so the inner sum moves by up to 2 C_in). The claim is the
+one the first-order argument gives for such a record: each appearance of the host costs the inner
+Gaussian with shift 2 sqrt(S) / z_in, which of the host's steps sampled it revealed
+(``EpisodicSampled(1, q, 1, Gaussian(z_in / (2 sqrt(S))), 1)``, composed over the steps by PLD). A
+first-order run must be consistent with it (it is metadp's own bound for a support record). A
+second-order run accounted by it is the **control** ``second-order``: its guarantee is void, and the
+audit should flag it. metadp's bound for the second-order run (shift^2 = 4 S / z_in^2 + (2 m_q / z)^2,
+the Jacobian moving each of the host's m_q clipped query gradients by up to 2 C) is reported beside it.
+
+**The adversary the claim allows, and the score.** The claim grants the adversary everything the inner
+Gaussians release: each sampled task's adapted parameters theta_i (the accounting charges the inner
+step as released and the outer sum as its post-processing), and which of the host's steps sampled it.
+The audit therefore sees, at every step, the sampled rows, every sampled task's inner noisy sum v (the
+trainer's own draw, replayed from its generator: ``SupportAudit.contributions``) and the release R.
+Given theta_i, a task's outer contribution is a function of the data alone, so for each sampled host
+the audit computes its contribution with the canary in (a) and out (b) *at the released theta_i* (the
+inner noise solved from v for each hypothesis: ``_pair``), and every other sampled task's contribution
+(the trainer's own). Its per-appearance log-likelihood ratio, in against out, is
+
+* inner: log N(v; sum_in, s_in^2) / N(v; sum_out, s_in^2) = (|N_out|^2 - |N_in|^2) / 2, exact;
+* outer: the projection y = <e, d> / |d| of e = R - (the other tasks' contributions) - (every sampled
+  host's (a + b) / 2) onto d = a - b, Gaussian with mean +-|d| / 2 and variance (z C)^2 plus the other
+  sampled hosts' +-d' / 2 along d: |d| y / variance.
+
+With first-order meta-gradients a = b given theta_i (up to float rounding), so the outer term is 0 and
+the score is the inner Gaussian's exact likelihood ratio: the claim's own mechanism. Scores never read
+which canaries are included (only the released theta_i, through v). ``guess_and_bound``
+(``metadp.verify.one_run``) turns them into the empirical lower bound; the predicted power is the
+idealised game of Bin(T, q) appearances, each a Gaussian projection with the median |d| / (z C)
+measured at the initial model.
+
+Supported: ``dp-maml-sample`` with one inner step, Poisson task sampling, on ``sinusoid``.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from metadp.accounting.calibration import certified_epsilon
+from metadp.core import events as ev
+from metadp.plan import Plan
+from metadp.report import format_lower, format_upper
+from metadp.training import algorithms, models
+from metadp.training import functional as F
+from metadp.training import private_steps as P
+from metadp.training.contributions import query_sums_given
+from metadp.training.trainer import TrainConfig, stream_seed, train
+from metadp.verify.canaries import CITATION, _canaries, _mse, _Sampler
+from metadp.verify.one_run import guess_and_bound, simulated_power
+
+__all__ = ["DEFECT", "SupportAudit", "support_bounds", "run_support_audit"]
+
+ALGORITHM = "dp-maml-sample"
+DEFECT = "second-order"
+WHAT = ("second-order meta-gradients, accounted as dp-maml.txt Alg. 2 accounts them: a support record costs the inner "
+        "Gaussians only (its un-noised Hessian in the outer gradient is not charged; README Findings, 4)")
+
+
+class SupportAudit:
+    """The trainer's ``audit`` instrumentation for support-record canaries (module docstring): Poisson
+    sampling kept (record level: no canary task is absent), nothing planted in the run itself (the
+    control's defect is in its accounting), the inner noise replayed and every release scored."""
+
+    def __init__(self, canaries, model, loss_fn, config: TrainConfig):
+        if config.inner_steps != 1:
+            raise ValueError(f"the support-record audit replays one inner step, got inner_steps={config.inner_steps}")
+        if not (config.inner_noise > 0 and math.isfinite(config.inner_clip)):
+            raise ValueError("the support-record audit needs inner noise (z_in > 0) and a finite inner clip")
+        self.k, self.model, self.loss_fn, self.c = canaries, model, loss_fn, config
+        m = canaries.rows.numel()
+        self.first = canaries.pool.size - m  # canary hosts are the pool's last m rows
+        self.scores, self.inner, self.outer = np.zeros(m), np.zeros(m), np.zeros(m)
+        self.appearances = np.zeros(m, dtype=np.int64)
+        self.shifts: List[float] = []  # |a - b| / (z C) of every appearance
+        self.steps = 0
+        self.start = {n: p.detach().clone() for n, p in F.param_dict(model).items()}
+        self.names = list(self.start)
+        self.std_in = config.inner_noise * config.inner_clip
+        self._chunks: List[tuple] = []
+
+    # -- the trainer's hooks ---------------------------------------------------------------------
+    def attach(self, run) -> None:
+        if not hasattr(run.sampler, "rate") or not hasattr(run.sampler, "pool_size"):
+            raise ValueError("the canary audit runs Poisson task sampling (sampling.scheme = 'poisson')")
+        self.sampler = run.sampler = _Sampler(run.sampler, torch.zeros(run.sampler.pool_size, dtype=torch.bool), None)
+
+    def contributions(self, fn):
+        def replayed(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+            state = noise_gen.get_state()
+            out = fn(alg, model, params, pool, rows, loss_fn, c, noise_gen)
+            replay = torch.Generator(device=noise_gen.device)
+            replay.set_state(state)  # the same draws, in the same order, as ``contributions.query_sums``
+            noise = P.draw_inner_noise(params, rows.numel(), c.inner_steps, replay)
+            self._chunks.append((rows, noise, out[0]))
+            return out
+
+        return replayed
+
+    def clipping(self, on: bool) -> bool:
+        return on
+
+    def release_std(self, std: float) -> float:
+        return std
+
+    def observe(self, step, params, release, std) -> None:
+        self.steps += 1
+        chunks, self._chunks = self._chunks, []
+        rows = torch.cat([c[0] for c in chunks])
+        noise = {n: torch.cat([c[1][n] for c in chunks]) for n in self.names}
+        contribution = self._flat({n: torch.cat([c[2][n] for c in chunks]) for n in self.names})
+        self._score(params, rows, noise, contribution, release, std)
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def _flat(self, d) -> np.ndarray:
+        return torch.cat([d[n].reshape(d[n].shape[0], -1) for n in self.names], dim=1).double().numpy()
+
+    def _support0(self, params, pool, rows) -> Dict[str, torch.Tensor]:
+        """Each host's first support record's clipped gradient at ``params``: name -> [B, *shape]."""
+        x_s, y_s = pool.batch(rows)[:2]
+        g = torch.vmap(lambda x, y: P._per_example(self.model, self.loss_fn, params, x, y))(x_s[:, :1], y_s[:, :1])
+        return {n: t[:, 0] for n, t in P.clip_rows(g, self.c.inner_clip, batch_dims=2).items()}
+
+    def _pair(self, params, rows, noise):
+        """(a, b, inner llr) of the hosts ``rows`` at their released inner step (module docstring): each
+        contribution [B, P] with the canary in and out, the inner noise solved from v = sum + s_in N."""
+        k, c = self.k, self.c
+        actual, g_in, g_out = (self._support0(params, pool, rows) for pool in (k.pool, k.pool_in, k.pool_out))
+        n_in = {n: noise[n] + ((actual[n] - g_in[n]) / self.std_in).unsqueeze(1) for n in self.names}
+        n_out = {n: noise[n] + ((actual[n] - g_out[n]) / self.std_in).unsqueeze(1) for n in self.names}
+        alg = c.family
+        a, _ = query_sums_given(alg, self.model, params, k.pool_in.batch(rows), self.loss_fn, c, n_in)
+        b, _ = query_sums_given(alg, self.model, params, k.pool_out.batch(rows), self.loss_fn, c, n_out)
+        square = lambda z: sum(z[n].double().flatten(start_dim=1).square().sum(1) for n in self.names)  # noqa: E731
+        inner = 0.5 * (square(n_out) - square(n_in))
+        return self._flat(a), self._flat(b), inner.numpy()
+
+    def _score(self, params, rows, noise, contribution, release, std) -> None:
+        real = int(self.sampler.last.sum())  # the sampled rows come first, then the pads
+        rows, contribution = rows[:real], contribution[:real]
+        hosts = np.nonzero(rows.numpy() >= self.first)[0]
+        if hosts.size == 0:
+            return
+        r = torch.cat([release[n].reshape(-1) for n in self.names]).double().numpy()
+        others = np.ones(real, dtype=bool)
+        others[hosts] = False
+        a, b, inner = self._pair(params, rows[hosts], {n: t[hosts] for n, t in noise.items()})
+        d = a - b
+        e = r - contribution[others].sum(axis=0) - 0.5 * (a + b).sum(axis=0)
+        norm = np.linalg.norm(d, axis=1)
+        unit = d / np.maximum(norm, 1e-300)[:, None]
+        cross = (unit @ d.T) ** 2 / 4.0  # [i, h]: host h's +-d_h / 2 along d_i
+        var = std**2 + cross.sum(axis=1) - np.diag(cross)
+        outer = norm * (unit @ e) / var
+        index = rows[hosts].numpy() - self.first
+        self.inner[index] += inner
+        self.outer[index] += outer
+        self.scores[index] += inner + outer
+        self.appearances[index] += 1
+        self.shifts.extend((norm / std).tolist())
+
+    def initial_shift(self, std: float, seed: int) -> float:
+        """Median |a - b| / (z C) over the canaries at the initial model, one fresh inner draw each."""
+        rows = self.k.rows
+        gen = torch.Generator().manual_seed(stream_seed(seed, "support-shift"))
+        noise = P.draw_inner_noise(self.start, rows.numel(), 1, gen)
+        a, b, _ = self._pair(self.start, rows, noise)
+        return float(np.median(np.linalg.norm(a - b, axis=1))) / std
+
+
+def support_bounds(plan: Plan, steps: int, *, noise: float, inner_noise: float, query_per_task: int,
+                   first_order: bool) -> List[Dict]:
+    """The two bounds for a support record replaced (sensitivity 2 C_in inside, each of the host's m_q
+    clipped query gradients moved by up to 2 C by the Jacobian): the first-order argument (inner Gaussian
+    only) and metadp's second-order charge, each the revealed pair composed over ``steps`` by PLD.
+    ``audited`` marks the claim the audit tests (the first: for a first-order run it holds; for a
+    second-order run it is the control's defect)."""
+    q = plan.sampling.rate
+    inner = 2.0 / inner_noise
+    second = math.sqrt(inner**2 + (2.0 * query_per_task / noise) ** 2)
+    out = []
+    for name, shift, holds in (("inner Gaussian only", inner, first_order),
+                               ("second order (metadp)", second, True)):
+        event = ev.EpisodicSampled(1, q, 1.0, ev.Gaussian(1.0 / shift), 1.0)
+        eps = certified_epsilon(ev.SelfComposed(event, steps), plan.delta, accountant="pld")
+        out.append({"bound": name, "epsilon": eps, "epsilon_display": format_upper(eps), "event": repr(event),
+                    "description": event.describe(), "steps": steps, "shift": shift, "holds_for_this_run": holds,
+                    "accountant": "pld", "certified_by_the_run": name == "inner Gaussian only",
+                    "note": ("the claim audited" + ("" if holds else "; it does NOT hold for this run"))
+                    if name == "inner Gaussian only" else "valid for either order"})
+    return out
+
+
+def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None, beta: float = 0.05,
+                      inner_lr: float = 1.0, inner_noise: float = 40.0, amplitude: float = 1.0, clip: float = 1.0,
+                      outer_lr: Optional[float] = None, seed: int = 0, sizes=(1, 16, 16, 1),
+                      power_runs: int = 200, out_dir=None) -> Dict:
+    """Trains ``plan``'s sampling, noise and steps with ``dp-maml-sample`` (first order; second order for
+    the control ``defect="second-order"``) on a sinusoid pool whose last ``canaries`` tasks each hold a
+    support-record canary, and audits the run against the support record's first-order claim (module
+    docstring).
+
+    Returns:
+        The audit's report, in the schema of ``metadp.verify.canaries.run_canary_audit`` (``record_bounds``:
+        ``support_bounds``), with the settings, the per-appearance shifts and the scores' parts.
+
+    Raises:
+        ValueError: on a plan or settings the audit does not support, before training.
+    """
+    if defect not in (None, DEFECT):
+        raise ValueError(f"dp-maml-sample's audit plants only the defect {DEFECT!r}, got {defect!r}")
+    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
+        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
+                         f"sampling.scheme = '{plan.sampling.scheme}'")
+    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
+        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
+                         "clip (no count_noise)")
+    population = plan.sampling.population
+    if not (2 <= canaries <= population // 2):
+        raise ValueError(f"--canaries must be in [2, {population // 2}] (half the plan's {population} tasks), "
+                         f"got {canaries}")
+    for name, value in (("inner_lr", inner_lr), ("inner_noise", inner_noise)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    first_order = defect is None
+    alg = algorithms.get(ALGORITHM)
+    config = TrainConfig(algorithm=ALGORITHM, unit="record", sampler="poisson", steps=plan.steps,
+                         meta_batch=plan.sampling.expected_batch, delta=plan.delta, epsilon=math.inf,
+                         noise_multiplier=plan.noise.multiplier, inner_noise=inner_noise, inner_clip=1.0, clip=clip,
+                         inner_steps=1, inner_lr=inner_lr, first_order=first_order,
+                         outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, seed=seed,
+                         checkpoint_every=max(1, plan.steps))
+    k = _canaries(population, canaries, "record", amplitude, seed, "data")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, "model"))
+        model = models.MLP(tuple(sizes))
+    audit = SupportAudit(k, model, _mse, config)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
+        result = train(model, k.pool, _mse, config, out, audit=audit)
+    std = plan.noise.multiplier * clip
+    query = k.pool.query_per_task
+    bounds = support_bounds(plan, audit.steps, noise=plan.noise.multiplier, inner_noise=inner_noise,
+                            query_per_task=query, first_order=first_order)
+    claim = bounds[0]["epsilon"]
+    tests, family = guess_and_bound({"white-box": audit.scores}, k.included, beta=beta, delta=plan.delta,
+                                    claimed_epsilon=claim)
+    flagged = any(t.p_value_at_claim < beta / family for t in tests)
+    lower = max(t.epsilon_lower for t in tests)
+    run_record = next((v for v in result.report.get("views", ()) if v.get("view") == "record"), {})
+    shifts = np.asarray(audit.shifts) if audit.shifts else np.zeros(1)
+    report = {
+        "audit": "one-run canary audit of a training run (support records of sample-level DP-MAML)",
+        "method": CITATION, "algorithm": ALGORITHM, "plan": plan.name, "data": "sinusoid", "view": "record",
+        "canaries": canaries, "canary_kind": "support record", "canaries_included": int(k.included.sum()),
+        "steps": audit.steps, "confidence": 1 - beta, "tests": family, "delta": plan.delta,
+        "certified": {"epsilon": claim, "epsilon_display": format_upper(claim), "bound": "upper", "unit": "record",
+                      "accountant": "pld", "relation": "substitution (one support record replaced)",
+                      "claim": "a support record costs the inner Gaussian only (first-order argument)"},
+        "epsilon_lower": lower, "epsilon_lower_display": format_lower(lower), "bound": "lower",
+        "scorers": [t.to_dict() for t in tests],
+        "verdict": "VIOLATION" if flagged else "consistent",
+        "record_bounds": bounds,
+        "run_record_view": {"epsilon": run_record.get("epsilon"), "event": run_record.get("event"),
+                            "relation": "add_remove (one record added or removed)"},
+        "settings": {"first_order": first_order, "inner_lr": inner_lr, "inner_noise": inner_noise, "inner_clip": 1.0,
+                     "noise_multiplier": plan.noise.multiplier, "clip": clip, "query_per_task": query,
+                     "support_per_task": k.pool.k_support, "rate": plan.sampling.rate, "model": list(sizes)},
+        "shift": {"median": float(np.median(shifts)), "max": float(np.max(shifts)),
+                  "appearances": int(audit.appearances.sum()),
+                  "what": "|a - b| / (z C): a host's contribution with the canary in against out, at its released "
+                          "inner step, in outer-noise standard deviations"},
+        "score_parts": {"inner_abs_mean": float(np.mean(np.abs(audit.inner))),
+                        "outer_abs_mean": float(np.mean(np.abs(audit.outer)))},
+        "control": None if defect is None else {
+            "defect": defect, "what": WHAT,
+            "note": "a CONTROL: this run's accounting omits the Hessian term on purpose; the certified epsilon "
+                    "(the claim audited) does not hold, and the audit should flag it"},
+    }
+    if defect is not None:
+        shift = audit.initial_shift(std, seed)
+        report["control"]["initial_shift"] = shift
+        report["control"]["predicted_power"] = predicted_power(plan, audit.steps, canaries, claim, shift, beta=beta,
+                                                               runs=power_runs, seed=seed)
+    return report
+
+
+def predicted_power(plan: Plan, steps: int, m: int, claim: float, shift: float, *, beta: float, runs: int,
+                    seed: int) -> float:
+    """The probability that the game flags ``claim`` when each canary's host appears Bin(steps, q) times
+    (revealed), each appearance a projection N(+-shift / 2, 1) scored by its likelihood ratio shift y
+    (the inner Gaussian's share, at most 2 / z_in per appearance, left out: the run's power is at least
+    this up to the other hosts' interference)."""
+    q = plan.sampling.rate
+
+    def scores(count, rng, sign):
+        hits = rng.binomial(steps, q, size=count)
+        y = rng.standard_normal(count) * np.sqrt(hits) + sign * 0.5 * shift * hits
+        return shift * y
+
+    return simulated_power(lambda c, rng: scores(c, rng, 1.0), lambda c, rng: scores(c, rng, -1.0), m, claim,
+                           beta=beta, delta=plan.delta, scorers=1, runs=runs, seed=seed)
