@@ -158,7 +158,8 @@ def audit_table(r: dict) -> str:
     lines += [f"  canaries      {r['canaries']:,} {r.get('canary_kind', 'data')} canaries ({r['canaries_included']:,} "
               f"included, each with probability 1/2), {r['steps']:,} steps",
               f"  certified     epsilon <= {cert['epsilon_display'] or 'none'} (upper bound, {str(cert['accountant']).upper()}) "
-              f"at delta = {r['delta']:g}" + (f"; the claim: {cert['claim']}" if cert.get("claim") else "")]
+              f"at delta = {r['delta']:g}" + (f", neighbours: {cert['relation']}" if cert.get("relation") else "")
+              + (f"; the claim: {cert['claim']}" if cert.get("claim") else "")]
     for b in r.get("record_bounds", ()):
         run = f"; {b['note']}" if b.get("note") else ("; the run's record view" if b["certified_by_the_run"] else "")
         lines.append(f"    record bound, {b['bound']:<22} epsilon <= {b['epsilon_display']} (upper bound, "

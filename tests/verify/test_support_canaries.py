@@ -158,6 +158,7 @@ def test_cli_support_audit_json_table_and_refusals(tmp_path, capsys):
     table = capsys.readouterr().out
     assert status in (0, 1) and "CONTROL: planted defect 'second-order'" in table
     assert "the claim: a support record costs the inner Gaussian only" in table
+    assert "neighbours: substitution (one support record replaced)" in table
     assert "inner Gaussian only" in table and "it does NOT hold for this run" in table
     assert ("(control caught)" in table) == (status == 1)
     for argv, flag in ((["--view", "task"], "--view record"), (["--canary-kind", "gradient"], "--canary-kind data"),
