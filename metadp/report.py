@@ -271,7 +271,14 @@ def _analysis_notes(plan, accountant, order, view=None, other_units=()):
         citations += ["canonne2020discrete", "asoodeh2021three"]
         assumptions.append("RDP to (epsilon, delta) by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over "
                            "the Renyi order")
-    if accountant.name == "pld":
+    if accountant.name == "pld" and getattr(plan.sampling, "scheme", None) == "balls_in_bins":
+        assumptions.append("each pass as a discrete pair that dominates the random-allocation pair (each step's "
+                           "likelihood-ratio factor rounded to a lattice by mean-preserving randomised rounding, "
+                           "exact Gaussian cell masses, the pass's sum by FFT), composed by (tilted) FFT; every "
+                           "truncated mass and the proven round-off charged to delta (metadp.accounting."
+                           "allocation_pld); an upper bound only: the lattice gives no lower bound for this pair, "
+                           "and the interval's lower end is the scheme's own (the max-over-steps event)")
+    elif accountant.name == "pld":
         assumptions.append("privacy loss distributions of the dominating pairs on a lattice, pessimistic by "
                            "connect-the-dots and optimistic by one event of the composed output, composed by "
                            "(tilted) FFT; every truncated mass and the proven round-off of the cell masses and "

@@ -51,6 +51,10 @@ def test_a_balls_in_bins_report_prints_the_certified_interval():
     # the allocation pair gives the PLD accountant no lower bound: its notes do not print a 100%-wide
     # interval as if refinement had failed, they say what stopped it
     assert "100.00% of epsilon" not in table and "this lattice gives no lower bound" in table
+    # and its assumptions describe the construction that bound rests on, not the general lattice's two sides
+    method = [a for a in report.assumptions if "lattice" in a]
+    assert len(method) == 1 and "metadp.accounting.allocation_pld" in method[0] and "upper bound only" in method[0]
+    assert "optimistic by one event" not in method[0]
 
 
 def test_a_shuffle_report_prints_its_lower_bound_and_the_poisson_gap():
