@@ -173,3 +173,12 @@ def test_cli_support_audit_json_table_and_refusals(tmp_path, capsys):
         assert main(maml + argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and flag in err[0], err
+
+
+@pytest.mark.slow
+def test_first_order_runs_rarely_flag_the_claim_they_satisfy():
+    """False alarms: 12 first-order runs (seeds 0-11) audited against the claim they satisfy at confidence 0.95;
+    each flags with probability at most 0.05, so 3 or more flags would have probability below 0.02."""
+    plan = _plan(60, 6, 1.0, 60)
+    verdicts = [run_support_audit(plan, canaries=30, sizes=(1, 8, 8, 1), seed=seed)["verdict"] for seed in range(12)]
+    assert verdicts.count("VIOLATION") <= 2, verdicts
