@@ -66,7 +66,8 @@ from metadp.verify.canary_bounds import certified_view, predicted_power, record_
 from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries
 from metadp.verify.one_run import guess_and_bound, mixture_llr
 
-__all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR"]
+__all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR", "Canaries", "canary_pool",
+           "AuditSampler", "sinusoid_mse"]
 
 NOISE_FACTOR = 5.0
 DEFECTS = {
@@ -80,7 +81,8 @@ CITATION = ("Steinke, Nasr & Jagielski 2023, Privacy Auditing with One (1) Train
             "theorem and Algorithm 2); white-box gradient scores after Nasr et al. 2023, arXiv:2302.07956")
 
 
-def _mse(out, y):
+def sinusoid_mse(out, y):
+    """The sinusoid tasks' loss: mean squared error."""
     return ((out - y) ** 2).mean()
 
 
@@ -103,7 +105,7 @@ class _Pool:
 
 
 @dataclasses.dataclass
-class _Canaries:
+class Canaries:
     """The pool as trained (``pool``), with every canary in (``pool_in``) and out (``pool_out``), and the
     canary rows (the pool's last m) and which are included. Gradient canaries keep their rows' data (their
     contributions are replaced in the run: ``metadp.verify.gradient_canaries``)."""
@@ -117,7 +119,9 @@ class _Canaries:
     kind: str
 
 
-def _canaries(population: int, m: int, view: str, amplitude: float, seed: int, kind: str) -> _Canaries:
+def canary_pool(population: int, m: int, view: str, amplitude: float, seed: int, kind: str) -> Canaries:
+    """A sinusoid pool of ``population`` tasks whose last ``m`` rows are canaries of ``kind`` at ``view``
+    (module docstring), each included with probability 1/2 (the draw seeded by ``seed``)."""
     base = SinusoidPool(population, 10, 10, seed=seed)
     x, y = base._x.clone(), base._y.clone()
     g = torch.Generator().manual_seed(stream_seed(seed, "canaries"))
@@ -126,12 +130,12 @@ def _canaries(population: int, m: int, view: str, amplitude: float, seed: int, k
     x_in, y_in = x.clone(), y.clone()
     if kind == "gradient":
         pool = _Pool(x, y, 10)
-        return _Canaries(pool, pool, pool, rows, included, view, kind)
+        return Canaries(pool, pool, pool, rows, included, view, kind)
     if view == "task":  # a whole task: a sinusoid of large amplitude (its meta-gradient is clipped at C)
         phase = math.pi * torch.rand(m, 1, 1, generator=g, dtype=torch.float64)
         xs = -5.0 + 10.0 * torch.rand(m, x.shape[1], 1, generator=g, dtype=torch.float64)
         x_in[rows], y_in[rows] = xs.float(), (amplitude * torch.sin(xs - phase)).float()
-        x_out, y_out = x_in, y_in  # an excluded canary task is never sampled (``_Sampler``)
+        x_out, y_out = x_in, y_in  # an excluded canary task is never sampled (``AuditSampler``)
     else:  # one support record of a host task: (x, +-amplitude)
         xc = -5.0 + 10.0 * torch.rand(m, generator=g, dtype=torch.float64)
         sign = torch.where(torch.rand(m, generator=g) < 0.5, -1.0, 1.0)
@@ -140,11 +144,11 @@ def _canaries(population: int, m: int, view: str, amplitude: float, seed: int, k
     keep = torch.as_tensor(included)
     x_run, y_run = x_out.clone(), y_out.clone()
     x_run[rows[keep]], y_run[rows[keep]] = x_in[rows[keep]], y_in[rows[keep]]
-    return _Canaries(_Pool(x_run, y_run, 10), _Pool(x_in, y_in, 10), _Pool(x_out, y_out, 10), rows, included, view,
+    return Canaries(_Pool(x_run, y_run, 10), _Pool(x_in, y_in, 10), _Pool(x_out, y_out, 10), rows, included, view,
                      kind)
 
 
-class _Sampler:
+class AuditSampler:
     """The run's Poisson sampler, with excluded canary tasks left out (task level), or (control
     ``fixed-order``) a fixed cyclic order of ``batch`` rows a step. ``probabilities`` is the sampling law
     of this step's rows as the auditor knows it."""
@@ -180,7 +184,7 @@ class CanaryAudit:
     tasks, puts gradient canaries' vectors in their rows' contributions, plants ``defect`` (a control, or
     None), and scores the canaries on every release (module docstring)."""
 
-    def __init__(self, canaries: _Canaries, model, loss_fn, config: TrainConfig, defect: Optional[str], seed: int):
+    def __init__(self, canaries: Canaries, model, loss_fn, config: TrainConfig, defect: Optional[str], seed: int):
         if defect is not None and defect not in DEFECTS:
             raise ValueError(f"defect must be one of {sorted(DEFECTS)} or None, got {defect!r}")
         self.k, self.model, self.loss_fn, self.c, self.defect = canaries, model, loss_fn, config, defect
@@ -206,7 +210,7 @@ class CanaryAudit:
         if self.k.view == "task":
             absent[self.k.rows[torch.as_tensor(~self.k.included)]] = True
         batch = max(1, round(run.expected)) if self.defect == "fixed-order" else None
-        self.sampler = run.sampler = _Sampler(run.sampler, absent, batch)
+        self.sampler = run.sampler = AuditSampler(run.sampler, absent, batch)
         self.threshold = run.policy.threshold
 
     def contributions(self, fn):
@@ -346,20 +350,20 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
     if not (alg.private and alg.central_clip):
         raise ValueError(f"the canary audit runs dp-maml or dp-agr (one noisy sum of clipped tasks a step), got "
                          f"{algorithm}")
-    k = _canaries(population, canaries, view, amplitude, seed, kind)
+    k = canary_pool(population, canaries, view, amplitude, seed, kind)
     config = _config(plan, algorithm, view, clip=clip, outer_lr=outer_lr, inner_lr=0.01, seed=seed,
                      first_order=first_order)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(seed, "model"))
         model = models.MLP(tuple(sizes))
-    audit = CanaryAudit(k, model, _mse, config, defect, seed)
+    audit = CanaryAudit(k, model, sinusoid_mse, config, defect, seed)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
         if view == "task":
-            result = train(model, k.pool, _mse, config, out, plan=plan, audit=audit)
+            result = train(model, k.pool, sinusoid_mse, config, out, plan=plan, audit=audit)
         else:
             flags = dataclasses.replace(config, sampler="poisson", unit="record")
-            result = train(model, k.pool, _mse, flags, out, audit=audit)
+            result = train(model, k.pool, sinusoid_mse, flags, out, audit=audit)
     report = result.report
     certified, accountant, entry = certified_view(report, view)
     scores = {"white-box": audit.scores, **audit.final_scores(result.params)}

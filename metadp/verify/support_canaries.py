@@ -63,7 +63,7 @@ from metadp.training import functional as F
 from metadp.training import private_steps as P
 from metadp.training.contributions import query_sums_given
 from metadp.training.trainer import TrainConfig, stream_seed, train
-from metadp.verify.canaries import CITATION, _canaries, _mse, _Sampler
+from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, sinusoid_mse
 from metadp.verify.one_run import guess_and_bound, simulated_power
 
 __all__ = ["DEFECT", "SupportAudit", "support_bounds", "run_support_audit"]
@@ -100,7 +100,8 @@ class SupportAudit:
     def attach(self, run) -> None:
         if not hasattr(run.sampler, "rate") or not hasattr(run.sampler, "pool_size"):
             raise ValueError("the canary audit runs Poisson task sampling (sampling.scheme = 'poisson')")
-        self.sampler = run.sampler = _Sampler(run.sampler, torch.zeros(run.sampler.pool_size, dtype=torch.bool), None)
+        absent = torch.zeros(run.sampler.pool_size, dtype=torch.bool)  # record level: every host stays in the pool
+        self.sampler = run.sampler = AuditSampler(run.sampler, absent, None)
 
     def contributions(self, fn):
         def replayed(alg, model, params, pool, rows, loss_fn, c, noise_gen):
@@ -224,6 +225,36 @@ def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None
     Raises:
         ValueError: on a plan or settings the audit does not support, before training.
     """
+    _check(plan, canaries, defect, inner_lr, inner_noise)
+    first_order = defect is None
+    alg = algorithms.get(ALGORITHM)
+    config = TrainConfig(algorithm=ALGORITHM, unit="record", sampler="poisson", steps=plan.steps,
+                         meta_batch=plan.sampling.expected_batch, delta=plan.delta, epsilon=math.inf,
+                         noise_multiplier=plan.noise.multiplier, inner_noise=inner_noise, inner_clip=1.0, clip=clip,
+                         inner_steps=1, inner_lr=inner_lr, first_order=first_order,
+                         outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, seed=seed,
+                         checkpoint_every=max(1, plan.steps))
+    k = canary_pool(plan.sampling.population, canaries, "record", amplitude, seed, "data")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, "model"))
+        model = models.MLP(tuple(sizes))
+    audit = SupportAudit(k, model, sinusoid_mse, config)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
+        result = train(model, k.pool, sinusoid_mse, config, out, audit=audit)
+    report = _report(plan, audit, result.report, beta=beta, sizes=sizes)
+    if defect is not None:
+        shift = audit.initial_shift(plan.noise.multiplier * clip, seed)
+        report["control"] = {
+            "defect": defect, "what": WHAT, "initial_shift": shift,
+            "predicted_power": predicted_power(plan, audit.steps, canaries, report["certified"]["epsilon"], shift,
+                                               beta=beta, runs=power_runs, seed=seed),
+            "note": "a CONTROL: this run's accounting omits the Hessian term on purpose; the certified epsilon "
+                    "(the claim audited) does not hold, and the audit should flag it"}
+    return report
+
+
+def _check(plan: Plan, canaries: int, defect: Optional[str], inner_lr: float, inner_noise: float) -> None:
     if defect not in (None, DEFECT):
         raise ValueError(f"dp-maml-sample's audit plants only the defect {DEFECT!r}, got {defect!r}")
     if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
@@ -239,37 +270,25 @@ def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None
     for name, value in (("inner_lr", inner_lr), ("inner_noise", inner_noise)):
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    first_order = defect is None
-    alg = algorithms.get(ALGORITHM)
-    config = TrainConfig(algorithm=ALGORITHM, unit="record", sampler="poisson", steps=plan.steps,
-                         meta_batch=plan.sampling.expected_batch, delta=plan.delta, epsilon=math.inf,
-                         noise_multiplier=plan.noise.multiplier, inner_noise=inner_noise, inner_clip=1.0, clip=clip,
-                         inner_steps=1, inner_lr=inner_lr, first_order=first_order,
-                         outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, seed=seed,
-                         checkpoint_every=max(1, plan.steps))
-    k = _canaries(population, canaries, "record", amplitude, seed, "data")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(stream_seed(seed, "model"))
-        model = models.MLP(tuple(sizes))
-    audit = SupportAudit(k, model, _mse, config)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
-        result = train(model, k.pool, _mse, config, out, audit=audit)
-    std = plan.noise.multiplier * clip
+
+
+def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, sizes) -> Dict:
+    """The audit's report (``run_support_audit``), without the control's entries."""
+    c, k = audit.c, audit.k
     query = k.pool.query_per_task
-    bounds = support_bounds(plan, audit.steps, noise=plan.noise.multiplier, inner_noise=inner_noise,
-                            query_per_task=query, first_order=first_order)
+    bounds = support_bounds(plan, audit.steps, noise=c.noise_multiplier, inner_noise=c.inner_noise,
+                            query_per_task=query, first_order=c.first_order)
     claim = bounds[0]["epsilon"]
     tests, family = guess_and_bound({"white-box": audit.scores}, k.included, beta=beta, delta=plan.delta,
                                     claimed_epsilon=claim)
     flagged = any(t.p_value_at_claim < beta / family for t in tests)
     lower = max(t.epsilon_lower for t in tests)
-    run_record = next((v for v in result.report.get("views", ()) if v.get("view") == "record"), {})
+    run_record = next((v for v in run_report.get("views", ()) if v.get("view") == "record"), {})
     shifts = np.asarray(audit.shifts) if audit.shifts else np.zeros(1)
-    report = {
+    return {
         "audit": "one-run canary audit of a training run (support records of sample-level DP-MAML)",
         "method": CITATION, "algorithm": ALGORITHM, "plan": plan.name, "data": "sinusoid", "view": "record",
-        "canaries": canaries, "canary_kind": "support record", "canaries_included": int(k.included.sum()),
+        "canaries": k.rows.numel(), "canary_kind": "support record", "canaries_included": int(k.included.sum()),
         "steps": audit.steps, "confidence": 1 - beta, "tests": family, "delta": plan.delta,
         "certified": {"epsilon": claim, "epsilon_display": format_upper(claim), "bound": "upper", "unit": "record",
                       "accountant": "pld", "relation": "substitution (one support record replaced)",
@@ -280,34 +299,26 @@ def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None
         "record_bounds": bounds,
         "run_record_view": {"epsilon": run_record.get("epsilon"), "event": run_record.get("event"),
                             "relation": "add_remove (one record added or removed)"},
-        "settings": {"first_order": first_order, "inner_lr": inner_lr, "inner_noise": inner_noise, "inner_clip": 1.0,
-                     "noise_multiplier": plan.noise.multiplier, "clip": clip, "query_per_task": query,
-                     "support_per_task": k.pool.k_support, "rate": plan.sampling.rate, "model": list(sizes)},
+        "settings": {"first_order": c.first_order, "inner_lr": c.inner_lr, "inner_noise": c.inner_noise,
+                     "inner_clip": c.inner_clip, "noise_multiplier": c.noise_multiplier, "clip": c.clip,
+                     "query_per_task": query, "support_per_task": k.pool.k_support, "rate": plan.sampling.rate,
+                     "model": list(sizes)},
         "shift": {"median": float(np.median(shifts)), "max": float(np.max(shifts)),
                   "appearances": int(audit.appearances.sum()),
                   "what": "|a - b| / (z C): a host's contribution with the canary in against out, at its released "
                           "inner step, in outer-noise standard deviations"},
         "score_parts": {"inner_abs_mean": float(np.mean(np.abs(audit.inner))),
                         "outer_abs_mean": float(np.mean(np.abs(audit.outer)))},
-        "control": None if defect is None else {
-            "defect": defect, "what": WHAT,
-            "note": "a CONTROL: this run's accounting omits the Hessian term on purpose; the certified epsilon "
-                    "(the claim audited) does not hold, and the audit should flag it"},
+        "control": None,
     }
-    if defect is not None:
-        shift = audit.initial_shift(std, seed)
-        report["control"]["initial_shift"] = shift
-        report["control"]["predicted_power"] = predicted_power(plan, audit.steps, canaries, claim, shift, beta=beta,
-                                                               runs=power_runs, seed=seed)
-    return report
 
 
 def predicted_power(plan: Plan, steps: int, m: int, claim: float, shift: float, *, beta: float, runs: int,
                     seed: int) -> float:
     """The probability that the game flags ``claim`` when each canary's host appears Bin(steps, q) times
     (revealed), each appearance a projection N(+-shift / 2, 1) scored by its likelihood ratio shift y
-    (the inner Gaussian's share, at most 2 / z_in per appearance, left out: the run's power is at least
-    this up to the other hosts' interference)."""
+    (the inner Gaussian's share, at most 2 / z_in per appearance, is left out; the shift is the median
+    at the initial model, so this is a prediction, not a bound on the run's power)."""
     q = plan.sampling.rate
 
     def scores(count, rng, sign):

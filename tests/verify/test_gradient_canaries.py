@@ -64,7 +64,7 @@ def test_releases_are_the_trainers_clipped_sum_with_the_canaries_in_it(view):
     meta-gradients plus C u_i for each sampled canary (task: included ones only; record: +C u_i in, -C u_i
     out), the canary vectors (norm GRADIENT_NORM C) clipped by the trainer's own clip."""
     plan = _plan(16, 8, 0.01, 3)  # (z = 1e-3: the PLD accountant overflows, a RuntimeWarning; not this module's)
-    k = cn._canaries(16, 6, view, 50.0, 0, "gradient")
+    k = cn.canary_pool(16, 6, view, 50.0, 0, "gradient")
     config = cn._config(plan, "dp-maml", view, clip=0.5, outer_lr=None, inner_lr=0.01, seed=0, first_order=True)
     model = models.MLP((1, 4, 1))
     seen = []
@@ -81,13 +81,13 @@ def test_releases_are_the_trainers_clipped_sum_with_the_canaries_in_it(view):
             r = torch.cat([release[n].reshape(-1) for n in self.names]).double().numpy()
             seen.append((r, expected, sampled.copy()))
 
-    audit = Recording(k, model, cn._mse, config, None, 0)
+    audit = Recording(k, model, cn.sinusoid_mse, config, None, 0)
     with tempfile.TemporaryDirectory() as tmp:
         if view == "task":
-            train(model, k.pool, cn._mse, config, Path(tmp) / "r", plan=plan, audit=audit)
+            train(model, k.pool, cn.sinusoid_mse, config, Path(tmp) / "r", plan=plan, audit=audit)
         else:
             import dataclasses
-            train(model, k.pool, cn._mse, dataclasses.replace(config, sampler="poisson", unit="record"),
+            train(model, k.pool, cn.sinusoid_mse, dataclasses.replace(config, sampler="poisson", unit="record"),
                   Path(tmp) / "r", audit=audit)
     a, b = audit._canary_pair(None)
     np.testing.assert_allclose(np.linalg.norm(a, axis=1), 0.5, rtol=1e-6)  # clipped from GRADIENT_NORM C to C
@@ -99,10 +99,10 @@ def test_releases_are_the_trainers_clipped_sum_with_the_canaries_in_it(view):
 
 
 def test_no_clipping_lets_the_whole_canary_vector_through():
-    k = cn._canaries(16, 6, "task", 50.0, 0, "gradient")
+    k = cn.canary_pool(16, 6, "task", 50.0, 0, "gradient")
     plan = _plan(16, 8, 1.0, 1)
     config = cn._config(plan, "dp-maml", "task", clip=0.5, outer_lr=None, inner_lr=0.01, seed=0, first_order=True)
-    audit = cn.CanaryAudit(k, models.MLP((1, 4, 1)), cn._mse, config, "no-clipping", 0)
+    audit = cn.CanaryAudit(k, models.MLP((1, 4, 1)), cn.sinusoid_mse, config, "no-clipping", 0)
     audit.threshold = 0.5
     a, _ = audit._canary_pair(None)
     np.testing.assert_allclose(np.linalg.norm(a, axis=1), GRADIENT_NORM * 0.5)

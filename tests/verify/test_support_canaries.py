@@ -17,7 +17,7 @@ from metadp.plan import Plan  # noqa: E402
 from metadp.training import private_steps as P  # noqa: E402
 from metadp.training.trainer import TrainConfig, train  # noqa: E402
 from metadp.training import models  # noqa: E402
-from metadp.verify.canaries import _canaries, _mse  # noqa: E402
+from metadp.verify.canaries import canary_pool, sinusoid_mse  # noqa: E402
 from metadp.verify.support_canaries import SupportAudit, run_support_audit, support_bounds  # noqa: E402
 
 
@@ -64,14 +64,14 @@ class _Checked(SupportAudit):
 
 @pytest.mark.parametrize("first_order", [True, False])
 def test_replayed_inner_step_gives_the_trainers_own_contributions(tmp_path, first_order):
-    k = _canaries(40, 10, "record", 1.0, 0, "data")
+    k = canary_pool(40, 10, "record", 1.0, 0, "data")
     config = TrainConfig(algorithm="dp-maml-sample", unit="record", sampler="poisson", steps=4, meta_batch=10,
                          delta=1e-5, epsilon=math.inf, noise_multiplier=1.0, inner_noise=5.0, inner_clip=1.0,
                          inner_steps=1, inner_lr=1.0, first_order=first_order, seed=0, checkpoint_every=4)
     torch.manual_seed(0)
-    audit = _Checked(k, models.MLP((1, 8, 8, 1)), _mse, config)
+    audit = _Checked(k, models.MLP((1, 8, 8, 1)), sinusoid_mse, config)
     _Checked.checked = 0
-    train(audit.model, k.pool, _mse, config, tmp_path / "run", audit=audit)
+    train(audit.model, k.pool, sinusoid_mse, config, tmp_path / "run", audit=audit)
     assert audit.steps == 4 and _Checked.checked >= 5 and audit.appearances.sum() == _Checked.checked
     shifts = np.asarray(audit.shifts)
     if first_order:  # given theta_i the outer contribution does not depend on the support set
