@@ -23,8 +23,8 @@ SUPPORT_DEFECT = "second-order"  # metadp.verify.support_canaries.DEFECT (torch-
 KIND_NAMES = ("gradient", "data")  # metadp.verify.canaries.KINDS (torch-free copy)
 ALGORITHMS = ("dp-maml", "dp-agr", "dp-maml-sample")
 RUN_FLAGS = ("--plan", "--data", "--canaries", "--view", "--canary-kind", "--plant-defect", "--outer-lr", "--hidden",
-             "--inner-lr", "--inner-noise")
-SUPPORT_ONLY = ("--inner-lr", "--inner-noise")
+             "--inner-lr", "--inner-noise", "--inner-steps")
+SUPPORT_ONLY = ("--inner-lr", "--inner-noise", "--inner-steps")
 
 
 def add_run_arguments(v, number) -> None:
@@ -45,6 +45,8 @@ def add_run_arguments(v, number) -> None:
                    "(default 1)")
     v.add_argument("--inner-noise", type=number("--inner-noise", float), help="run, dp-maml-sample: the inner noise "
                    "multiplier z_in (default 40: the support record's claim must be below what M canaries can show)")
+    v.add_argument("--inner-steps", type=number("--inner-steps", int), help="run, dp-maml-sample: the inner DP-SGD "
+                   "steps S (default 1)")
     v.add_argument("--outer-lr", type=number("--outer-lr", float), help="run: the meta-learning rate (default: "
                    "the algorithm's)")
     v.add_argument("--hidden", type=number("--hidden", int), help="run: the sinusoid MLP's hidden width, 1-W-W-1 "
@@ -69,10 +71,12 @@ def check_run_input(args) -> None:
         if args.plant_defect not in (None, SUPPORT_DEFECT):
             raise ValueError(f"--plant-defect {args.plant_defect} applies to dp-maml and dp-agr; dp-maml-sample's "
                              f"control is {SUPPORT_DEFECT}")
-        for flag in SUPPORT_ONLY:
+        for flag in ("--inner-lr", "--inner-noise"):
             value = getattr(args, flag[2:].replace("-", "_"))
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
+        if args.inner_steps is not None and not 1 <= args.inner_steps <= 100:
+            raise ValueError(f"--inner-steps must be in [1, 100], got {args.inner_steps}")
     else:
         if args.plant_defect == SUPPORT_DEFECT:
             raise ValueError(f"--plant-defect {SUPPORT_DEFECT} is dp-maml-sample's control (metadp verify run "
@@ -118,7 +122,8 @@ def run_audit_command(args) -> int:
     """Trains, audits and prints (table or ``--json``; ``--plot``); returns the exit status."""
     if args.file == "dp-maml-sample":
         support = importlib.import_module("metadp.verify.support_canaries")
-        settings = {k: v for k, v in (("inner_lr", args.inner_lr), ("inner_noise", args.inner_noise)) if v is not None}
+        settings = {k: v for k, v in (("inner_lr", args.inner_lr), ("inner_noise", args.inner_noise),
+                                      ("inner_steps", args.inner_steps)) if v is not None}
         width = args.hidden or 16
         result = support.run_support_audit(args.loaded_plan, canaries=args.canaries, defect=args.plant_defect,
                                            beta=args.alpha, seed=args.seed, outer_lr=args.outer_lr,

@@ -41,7 +41,8 @@ which canaries are included (only the released theta_i, through v). ``guess_and_
 idealised game of Bin(T, q) appearances, each a Gaussian projection with the median |d| / (z C)
 measured at the initial model.
 
-Supported: ``dp-maml-sample`` with one inner step, Poisson task sampling, on ``sinusoid``.
+Supported: ``dp-maml-sample`` (any number S of inner steps: each released iterate is replayed), Poisson
+task sampling, on ``sinusoid``.
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from metadp.accounting.calibration import certified_epsilon
 from metadp.core import events as ev
+from metadp.core.validation import check_count
 from metadp.plan import Plan
 from metadp.report import format_lower, format_upper
 from metadp.training import algorithms, models
@@ -80,8 +82,6 @@ class SupportAudit:
     control's defect is in its accounting), the inner noise replayed and every release scored."""
 
     def __init__(self, canaries, model, loss_fn, config: TrainConfig):
-        if config.inner_steps != 1:
-            raise ValueError(f"the support-record audit replays one inner step, got inner_steps={config.inner_steps}")
         if not (config.inner_noise > 0 and math.isfinite(config.inner_clip)):
             raise ValueError("the support-record audit needs inner noise (z_in > 0) and a finite inner clip")
         self.k, self.model, self.loss_fn, self.c = canaries, model, loss_fn, config
@@ -133,24 +133,40 @@ class SupportAudit:
     def _flat(self, d) -> np.ndarray:
         return torch.cat([d[n].reshape(d[n].shape[0], -1) for n in self.names], dim=1).double().numpy()
 
-    def _support0(self, params, pool, rows) -> Dict[str, torch.Tensor]:
-        """Each host's first support record's clipped gradient at ``params``: name -> [B, *shape]."""
-        x_s, y_s = pool.batch(rows)[:2]
-        g = torch.vmap(lambda x, y: P._per_example(self.model, self.loss_fn, params, x, y))(x_s[:, :1], y_s[:, :1])
-        return {n: t[:, 0] for n, t in P.clip_rows(g, self.c.inner_clip, batch_dims=2).items()}
+    def _slot0_along_iterates(self, params, rows, noise) -> Tuple[Dict[str, torch.Tensor], ...]:
+        """The first support record's clipped gradient, as the run has it, with the canary in and out, at
+        each released inner iterate theta^0 = phi, ..., theta^{S-1} of the hosts ``rows`` (the run's own
+        inner loop, replayed with its noise): three dicts name -> [B, S, *shape]."""
+        k, c = self.k, self.c
+        (xa, ya), (xi, yi), (xo, yo) = (pool.batch(rows)[:2] for pool in (k.pool, k.pool_in, k.pool_out))
+        divisor = float(xa.shape[1])
+
+        def one(x_s, y_s, x_in, y_in, x_out, y_out, nz):
+            theta, found = params, []
+            x0, y0 = torch.stack([x_s[0], x_in[0], x_out[0]]), torch.stack([y_s[0], y_in[0], y_out[0]])
+            for step in range(c.inner_steps):
+                found.append(P.clip_rows(P._per_example(self.model, self.loss_fn, theta, x0, y0), c.inner_clip))
+                g = P.clip_rows(P._per_example(self.model, self.loss_fn, theta, x_s, y_s), c.inner_clip)
+                theta = {n: theta[n] - c.inner_lr * (g[n].sum(0) + self.std_in * nz[n][step]) / divisor
+                         for n in self.names}
+            return {n: torch.stack([f[n] for f in found], dim=1) for n in self.names}  # name -> [3, S, *shape]
+
+        g = torch.vmap(one, randomness="error")(xa, ya, xi, yi, xo, yo, noise)
+        return tuple({n: t[:, j] for n, t in g.items()} for j in range(3))
 
     def _pair(self, params, rows, noise):
-        """(a, b, inner llr) of the hosts ``rows`` at their released inner step (module docstring): each
-        contribution [B, P] with the canary in and out, the inner noise solved from v = sum + s_in N."""
+        """(a, b, inner llr) of the hosts ``rows`` at their released inner steps (module docstring): each
+        contribution [B, P] with the canary in and out, the inner noise of every step solved from its
+        v = sum + s_in N at the released iterate."""
         k, c = self.k, self.c
-        actual, g_in, g_out = (self._support0(params, pool, rows) for pool in (k.pool, k.pool_in, k.pool_out))
-        n_in = {n: noise[n] + ((actual[n] - g_in[n]) / self.std_in).unsqueeze(1) for n in self.names}
-        n_out = {n: noise[n] + ((actual[n] - g_out[n]) / self.std_in).unsqueeze(1) for n in self.names}
+        actual, g_in, g_out = self._slot0_along_iterates(params, rows, noise)
+        n_in = {n: noise[n] + (actual[n] - g_in[n]) / self.std_in for n in self.names}
+        n_out = {n: noise[n] + (actual[n] - g_out[n]) / self.std_in for n in self.names}
         alg = c.family
         a, _ = query_sums_given(alg, self.model, params, k.pool_in.batch(rows), self.loss_fn, c, n_in)
         b, _ = query_sums_given(alg, self.model, params, k.pool_out.batch(rows), self.loss_fn, c, n_out)
         square = lambda z: sum(z[n].double().flatten(start_dim=1).square().sum(1) for n in self.names)  # noqa: E731
-        inner = 0.5 * (square(n_out) - square(n_in))
+        inner = 0.5 * (square(n_out) - square(n_in))  # summed over the S inner Gaussians
         return self._flat(a), self._flat(b), inner.numpy()
 
     def _score(self, params, rows, noise, contribution, release, std) -> None:
@@ -181,20 +197,20 @@ class SupportAudit:
         """Median |a - b| / (z C) over the canaries at the initial model, one fresh inner draw each."""
         rows = self.k.rows
         gen = torch.Generator().manual_seed(stream_seed(seed, "support-shift"))
-        noise = P.draw_inner_noise(self.start, rows.numel(), 1, gen)
+        noise = P.draw_inner_noise(self.start, rows.numel(), self.c.inner_steps, gen)
         a, b, _ = self._pair(self.start, rows, noise)
         return float(np.median(np.linalg.norm(a - b, axis=1))) / std
 
 
 def support_bounds(plan: Plan, steps: int, *, noise: float, inner_noise: float, query_per_task: int,
-                   first_order: bool) -> List[Dict]:
+                   first_order: bool, inner_steps: int = 1) -> List[Dict]:
     """The two bounds for a support record replaced (sensitivity 2 C_in inside, each of the host's m_q
     clipped query gradients moved by up to 2 C by the Jacobian): the first-order argument (inner Gaussian
-    only) and metadp's second-order charge, each the revealed pair composed over ``steps`` by PLD.
-    ``audited`` marks the claim the audit tests (the first: for a first-order run it holds; for a
-    second-order run it is the control's defect)."""
+    only, shift 2 sqrt(S) / z_in) and metadp's second-order charge, each the revealed pair composed over
+    ``steps`` by PLD. The first is the claim the audit tests (``certified_by_the_run``): for a first-order
+    run it holds; for a second-order run it is the control's defect (``holds_for_this_run`` False)."""
     q = plan.sampling.rate
-    inner = 2.0 / inner_noise
+    inner = 2.0 * math.sqrt(inner_steps) / inner_noise
     second = math.sqrt(inner**2 + (2.0 * query_per_task / noise) ** 2)
     out = []
     for name, shift, holds in (("inner Gaussian only", inner, first_order),
@@ -210,7 +226,8 @@ def support_bounds(plan: Plan, steps: int, *, noise: float, inner_noise: float, 
 
 
 def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None, beta: float = 0.05,
-                      inner_lr: float = 1.0, inner_noise: float = 40.0, amplitude: float = 1.0, clip: float = 1.0,
+                      inner_lr: float = 1.0, inner_noise: float = 40.0, inner_steps: int = 1, amplitude: float = 1.0,
+                      clip: float = 1.0,
                       outer_lr: Optional[float] = None, seed: int = 0, sizes=(1, 16, 16, 1),
                       power_runs: int = 200, out_dir=None) -> Dict:
     """Trains ``plan``'s sampling, noise and steps with ``dp-maml-sample`` (first order; second order for
@@ -226,12 +243,13 @@ def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None
         ValueError: on a plan or settings the audit does not support, before training.
     """
     _check(plan, canaries, defect, inner_lr, inner_noise)
+    inner_steps = check_count("inner_steps", inner_steps, minimum=1)
     first_order = defect is None
     alg = algorithms.get(ALGORITHM)
     config = TrainConfig(algorithm=ALGORITHM, unit="record", sampler="poisson", steps=plan.steps,
                          meta_batch=plan.sampling.expected_batch, delta=plan.delta, epsilon=math.inf,
                          noise_multiplier=plan.noise.multiplier, inner_noise=inner_noise, inner_clip=1.0, clip=clip,
-                         inner_steps=1, inner_lr=inner_lr, first_order=first_order,
+                         inner_steps=inner_steps, inner_lr=inner_lr, first_order=first_order,
                          outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, seed=seed,
                          checkpoint_every=max(1, plan.steps))
     k = canary_pool(plan.sampling.population, canaries, "record", amplitude, seed, "data")
@@ -277,7 +295,7 @@ def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, s
     c, k = audit.c, audit.k
     query = k.pool.query_per_task
     bounds = support_bounds(plan, audit.steps, noise=c.noise_multiplier, inner_noise=c.inner_noise,
-                            query_per_task=query, first_order=c.first_order)
+                            query_per_task=query, first_order=c.first_order, inner_steps=c.inner_steps)
     claim = bounds[0]["epsilon"]
     tests, family = guess_and_bound({"white-box": audit.scores}, k.included, beta=beta, delta=plan.delta,
                                     claimed_epsilon=claim)
@@ -299,7 +317,8 @@ def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, s
         "record_bounds": bounds,
         "run_record_view": {"epsilon": run_record.get("epsilon"), "event": run_record.get("event"),
                             "relation": "add_remove (one record added or removed)"},
-        "settings": {"first_order": c.first_order, "inner_lr": c.inner_lr, "inner_noise": c.inner_noise,
+        "settings": {"first_order": c.first_order, "inner_steps": c.inner_steps, "inner_lr": c.inner_lr,
+                     "inner_noise": c.inner_noise,
                      "inner_clip": c.inner_clip, "noise_multiplier": c.noise_multiplier, "clip": c.clip,
                      "query_per_task": query, "support_per_task": k.pool.k_support, "rate": plan.sampling.rate,
                      "model": list(sizes)},

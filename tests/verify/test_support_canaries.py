@@ -42,11 +42,11 @@ class _Checked(SupportAudit):
             index = rows[hosts].numpy() - self.first
             mine = np.where(self.k.included[index][:, None], a, b)
             np.testing.assert_allclose(mine, contribution[hosts], rtol=1e-4, atol=1e-5)
-            # the inner llr is log N(v; sum_in) / N(v; sum_out) with v the run's own noisy inner sum
-            v, s_in, s_out = (self._inner_sums(params, rows[hosts], pool, noise, hosts) for pool in
-                              (self.k.pool, self.k.pool_in, self.k.pool_out))
-            expected = (np.sum((v - s_out) ** 2, 1) - np.sum((v - s_in) ** 2, 1)) / (2 * self.std_in**2)
-            np.testing.assert_allclose(inner, expected, rtol=1e-6, atol=1e-6)
+            if self.c.inner_steps == 1:  # the inner llr is log N(v; sum_in) / N(v; sum_out), v the run's noisy sum
+                v, s_in, s_out = (self._inner_sums(params, rows[hosts], pool, noise, hosts) for pool in
+                                  (self.k.pool, self.k.pool_in, self.k.pool_out))
+                expected = (np.sum((v - s_out) ** 2, 1) - np.sum((v - s_in) ** 2, 1)) / (2 * self.std_in**2)
+                np.testing.assert_allclose(inner, expected, rtol=1e-6, atol=1e-6)
             _Checked.checked += hosts.size
         super()._score(params, rows, noise, contribution, release, std)
 
@@ -62,12 +62,12 @@ class _Checked(SupportAudit):
         return out
 
 
-@pytest.mark.parametrize("first_order", [True, False])
-def test_replayed_inner_step_gives_the_trainers_own_contributions(tmp_path, first_order):
+@pytest.mark.parametrize("first_order,inner_steps", [(True, 1), (False, 1), (True, 3), (False, 3)])
+def test_replayed_inner_steps_give_the_trainers_own_contributions(tmp_path, first_order, inner_steps):
     k = canary_pool(40, 10, "record", 1.0, 0, "data")
     config = TrainConfig(algorithm="dp-maml-sample", unit="record", sampler="poisson", steps=4, meta_batch=10,
                          delta=1e-5, epsilon=math.inf, noise_multiplier=1.0, inner_noise=5.0, inner_clip=1.0,
-                         inner_steps=1, inner_lr=1.0, first_order=first_order, seed=0, checkpoint_every=4)
+                         inner_steps=inner_steps, inner_lr=1.0, first_order=first_order, seed=0, checkpoint_every=4)
     torch.manual_seed(0)
     audit = _Checked(k, models.MLP((1, 8, 8, 1)), sinusoid_mse, config)
     _Checked.checked = 0
@@ -89,6 +89,8 @@ def test_support_bounds_against_the_gaussian_closed_form():
     plan = _plan(20, 20, 2.0, 9)
     inner, second = support_bounds(plan, 9, noise=2.0, inner_noise=8.0, query_per_task=5, first_order=False)
     assert inner["shift"] == pytest.approx(0.25) and second["shift"] == pytest.approx(math.sqrt(0.25**2 + 5.0**2))
+    four = support_bounds(plan, 9, noise=2.0, inner_noise=8.0, query_per_task=5, first_order=False, inner_steps=4)
+    assert four[0]["shift"] == pytest.approx(0.5) and four[1]["shift"] == pytest.approx(math.sqrt(0.5**2 + 25.0))
     assert not inner["holds_for_this_run"] and second["holds_for_this_run"] and "NOT" in inner["note"]
     for b in (inner, second):
         mu = b["shift"] * 3.0
@@ -163,13 +165,13 @@ def test_cli_support_audit_json_table_and_refusals(tmp_path, capsys):
     assert ("(control caught)" in table) == (status == 1)
     for argv, flag in ((["--view", "task"], "--view record"), (["--canary-kind", "gradient"], "--canary-kind data"),
                        (["--plant-defect", "low-noise"], "second-order"), (["--inner-lr", "0"], "--inner-lr"),
-                       (["--inner-noise", "nan"], "--inner-noise")):
+                       (["--inner-noise", "nan"], "--inner-noise"), (["--inner-steps", "0"], "--inner-steps")):
         assert main(base + argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("metadp: error:") and flag in err[0], err
     maml = ["verify", "run", "dp-maml", "--plan", str(plan), "--data", "sinusoid", "--canaries", "10"]
     for argv, flag in ((["--plant-defect", "second-order"], "dp-maml-sample"), (["--inner-lr", "1"], "--inner-lr"),
-                       (["--inner-noise", "3"], "--inner-noise")):
+                       (["--inner-noise", "3"], "--inner-noise"), (["--inner-steps", "2"], "--inner-steps")):
         assert main(maml + argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and flag in err[0], err
