@@ -67,7 +67,7 @@ from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries
 from metadp.verify.one_run import guess_and_bound, mixture_llr
 
 __all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR", "Canaries", "canary_pool",
-           "AuditSampler", "sinusoid_mse"]
+           "AuditSampler", "sinusoid_mse", "check_audit_plan"]
 
 NOISE_FACTOR = 5.0
 DEFECTS = {
@@ -311,6 +311,22 @@ def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Opt
                        clip=clip, seed=seed, checkpoint_every=max(1, plan.steps))
 
 
+def check_audit_plan(plan: Plan, canaries: int) -> None:
+    """Refuses (ValueError naming the key) a plan a canary audit cannot train: it runs Poisson task sampling
+    without [[hierarchy]] levels, task-level plans with a Gaussian noise multiplier and a fixed clip, and
+    at most half the plan's tasks as canaries."""
+    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
+        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
+                         f"sampling.scheme = '{plan.sampling.scheme}'")
+    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
+        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
+                         "clip (no count_noise)")
+    population = plan.sampling.population
+    if not (2 <= canaries <= population // 2):
+        raise ValueError(f"--canaries must be in [2, {population // 2}] (half the plan's {population} tasks), "
+                         f"got {canaries}")
+
+
 def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, view: str = "task",
                      defect: Optional[str] = None, kind: str = "gradient", beta: float = 0.05,
                      amplitude: float = 50.0, clip: float = 1.0, outer_lr: Optional[float] = None, seed: int = 0,
@@ -336,16 +352,8 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
         raise ValueError(f"--canary-kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if defect is not None and defect not in DEFECTS:
         raise ValueError(f"defect must be one of {sorted(DEFECTS)}, got {defect!r}")
-    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
-        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
-                         f"sampling.scheme = '{plan.sampling.scheme}'")
-    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
-        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
-                         "clip (no count_noise)")
+    check_audit_plan(plan, canaries)
     population = plan.sampling.population
-    if not (2 <= canaries <= population // 2):
-        raise ValueError(f"--canaries must be in [2, {population // 2}] (half the plan's {population} tasks), "
-                         f"got {canaries}")
     alg = algorithms.get(algorithm)
     if not (alg.private and alg.central_clip):
         raise ValueError(f"the canary audit runs dp-maml or dp-agr (one noisy sum of clipped tasks a step), got "

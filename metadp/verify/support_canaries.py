@@ -65,7 +65,7 @@ from metadp.training import functional as F
 from metadp.training import private_steps as P
 from metadp.training.contributions import query_sums_given
 from metadp.training.trainer import TrainConfig, stream_seed, train
-from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, sinusoid_mse
+from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, check_audit_plan, sinusoid_mse
 from metadp.verify.one_run import guess_and_bound, simulated_power
 
 __all__ = ["DEFECT", "SupportAudit", "support_bounds", "run_support_audit"]
@@ -275,16 +275,7 @@ def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None
 def _check(plan: Plan, canaries: int, defect: Optional[str], inner_lr: float, inner_noise: float) -> None:
     if defect not in (None, DEFECT):
         raise ValueError(f"dp-maml-sample's audit plants only the defect {DEFECT!r}, got {defect!r}")
-    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
-        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
-                         f"sampling.scheme = '{plan.sampling.scheme}'")
-    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
-        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
-                         "clip (no count_noise)")
-    population = plan.sampling.population
-    if not (2 <= canaries <= population // 2):
-        raise ValueError(f"--canaries must be in [2, {population // 2}] (half the plan's {population} tasks), "
-                         f"got {canaries}")
+    check_audit_plan(plan, canaries)
     for name, value in (("inner_lr", inner_lr), ("inner_noise", inner_noise)):
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
