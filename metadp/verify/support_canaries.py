@@ -131,7 +131,7 @@ class SupportAudit:
 
     # -- scoring ---------------------------------------------------------------------------------
     def _flat(self, d) -> np.ndarray:
-        return torch.cat([d[n].reshape(d[n].shape[0], -1) for n in self.names], dim=1).double().numpy()
+        return torch.cat([d[n].reshape(d[n].shape[0], -1) for n in self.names], dim=1).double().cpu().numpy()
 
     def _slot0_along_iterates(self, params, rows, noise) -> Tuple[Dict[str, torch.Tensor], ...]:
         """The first support record's clipped gradient, as the run has it, with the canary in and out, at
@@ -144,11 +144,11 @@ class SupportAudit:
         def one(x_s, y_s, x_in, y_in, x_out, y_out, nz):
             theta, found = params, []
             x0, y0 = torch.stack([x_s[0], x_in[0], x_out[0]]), torch.stack([y_s[0], y_in[0], y_out[0]])
-            for step in range(c.inner_steps):
+            for step in range(c.inner_steps):  # the trainer's own inner step, one at a time
                 found.append(P.clip_rows(P._per_example(self.model, self.loss_fn, theta, x0, y0), c.inner_clip))
-                g = P.clip_rows(P._per_example(self.model, self.loss_fn, theta, x_s, y_s), c.inner_clip)
-                theta = {n: theta[n] - c.inner_lr * (g[n].sum(0) + self.std_in * nz[n][step]) / divisor
-                         for n in self.names}
+                theta = P.private_inner_adapt(self.model, theta, x_s, y_s, self.loss_fn, 1, c.inner_lr, c.inner_clip,
+                                              self.std_in, {n: t[step:step + 1] for n, t in nz.items()}, divisor,
+                                              first_order=True)
             return {n: torch.stack([f[n] for f in found], dim=1) for n in self.names}  # name -> [3, S, *shape]
 
         g = torch.vmap(one, randomness="error")(xa, ya, xi, yi, xo, yo, noise)
@@ -172,10 +172,11 @@ class SupportAudit:
     def _score(self, params, rows, noise, contribution, release, std) -> None:
         real = int(self.sampler.last.sum())  # the sampled rows come first, then the pads
         rows, contribution = rows[:real], contribution[:real]
+        rows = rows.cpu()
         hosts = np.nonzero(rows.numpy() >= self.first)[0]
         if hosts.size == 0:
             return
-        r = torch.cat([release[n].reshape(-1) for n in self.names]).double().numpy()
+        r = torch.cat([release[n].reshape(-1) for n in self.names]).double().cpu().numpy()
         others = np.ones(real, dtype=bool)
         others[hosts] = False
         a, b, inner = self._pair(params, rows[hosts], {n: t[hosts] for n, t in noise.items()})
