@@ -62,12 +62,12 @@ from metadp.training.plan_run import plan_settings
 from metadp.training.tasks import SinusoidPool
 from metadp.training.trainer import TrainConfig, stream_seed, train
 from metadp.training import algorithms
-from metadp.verify.canary_bounds import certified_view, predicted_power, record_bounds
+from metadp.verify.canary_bounds import certified_view, check_audit_plan, predicted_power, record_bounds
 from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries
 from metadp.verify.one_run import guess_and_bound, mixture_llr
 
 __all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR", "Canaries", "canary_pool",
-           "AuditSampler", "sinusoid_mse", "check_audit_plan"]
+           "AuditSampler", "sinusoid_mse"]
 
 NOISE_FACTOR = 5.0
 DEFECTS = {
@@ -309,22 +309,6 @@ def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Opt
     return TrainConfig(algorithm=algorithm, **settings, inner_steps=1, inner_lr=inner_lr,
                        outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, first_order=first_order,
                        clip=clip, seed=seed, checkpoint_every=max(1, plan.steps))
-
-
-def check_audit_plan(plan: Plan, canaries: int) -> None:
-    """Refuses (ValueError naming the key) a plan a canary audit cannot train: it runs Poisson task sampling
-    without [[hierarchy]] levels, task-level plans with a Gaussian noise multiplier and a fixed clip, and
-    at most half the plan's tasks as canaries."""
-    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
-        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
-                         f"sampling.scheme = '{plan.sampling.scheme}'")
-    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
-        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
-                         "clip (no count_noise)")
-    population = plan.sampling.population
-    if not (2 <= canaries <= population // 2):
-        raise ValueError(f"--canaries must be in [2, {population // 2}] (half the plan's {population} tasks), "
-                         f"got {canaries}")
 
 
 def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, view: str = "task",

@@ -23,11 +23,28 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from metadp.accounting.calibration import certified_epsilon
+from metadp.plan import Plan
 from metadp.core import events as ev
 from metadp.report import format_upper
 from metadp.verify.one_run import mixture_llr, simulated_power
 
-__all__ = ["certified_view", "record_bounds", "predicted_power"]
+__all__ = ["certified_view", "check_audit_plan", "record_bounds", "predicted_power"]
+
+
+def check_audit_plan(plan: Plan, canaries: int) -> None:
+    """Refuses (ValueError naming the key) a plan a canary audit cannot train: it runs Poisson task sampling
+    without [[hierarchy]] levels, task-level plans with a Gaussian noise multiplier and a fixed clip, and
+    at most half the plan's tasks as canaries."""
+    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
+        raise ValueError(f"--plan: the canary audit runs Poisson task sampling without [[hierarchy]] levels, got "
+                         f"sampling.scheme = '{plan.sampling.scheme}'")
+    if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
+        raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
+                         "clip (no count_noise)")
+    population = plan.sampling.population
+    if population is None or not 2 <= canaries <= population // 2:
+        raise ValueError(f"--canaries must be in [2, {(population or 0) // 2}] (at most half the plan's sampling."
+                         f"population), got {canaries}")
 
 
 def certified_view(report: dict, view: str) -> Tuple[Optional[float], Optional[str], Optional[dict]]:

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from metadp.plan import load_plan
+from metadp.verify.canary_bounds import check_audit_plan
 from metadp.report import format_lower
 
 __all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
@@ -96,13 +97,7 @@ def check_run_input(args) -> None:
         plan = load_plan(Path(args.plan))
     except ValueError as err:
         raise ValueError(f"--plan: {err}") from None
-    if plan.sampling.scheme != "poisson" or plan.hierarchy is not None:
-        raise ValueError(f"--plan: metadp verify run audits Poisson task sampling without [[hierarchy]] levels, got "
-                         f"sampling.scheme = '{plan.sampling.scheme}'")
-    population = plan.sampling.population
-    if population is None or not 2 <= args.canaries <= population // 2:
-        raise ValueError(f"--canaries must be in [2, {(population or 0) // 2}] (at most half the plan's sampling."
-                         f"population), got {args.canaries}")
+    check_audit_plan(plan, args.canaries)
     if args.hidden is not None and not 1 <= args.hidden <= 4096:
         raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
     width = args.hidden or 40

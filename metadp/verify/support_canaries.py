@@ -65,7 +65,8 @@ from metadp.training import functional as F
 from metadp.training import private_steps as P
 from metadp.training.contributions import query_sums_given
 from metadp.training.trainer import TrainConfig, stream_seed, train
-from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, check_audit_plan, sinusoid_mse
+from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, sinusoid_mse
+from metadp.verify.canary_bounds import check_audit_plan
 from metadp.verify.one_run import guess_and_bound, simulated_power
 
 __all__ = ["DEFECT", "SupportAudit", "support_bounds", "run_support_audit"]
@@ -308,7 +309,7 @@ def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, s
         "verdict": "VIOLATION" if flagged else "consistent",
         "record_bounds": bounds,
         "run_record_view": {"epsilon": run_record.get("epsilon"), "event": run_record.get("event"),
-                            "relation": "add_remove (one record added or removed)"},
+                            "relation": run_record.get("relation"), "bound": "upper"},
         "settings": {"first_order": c.first_order, "inner_steps": c.inner_steps, "inner_lr": c.inner_lr,
                      "inner_noise": c.inner_noise,
                      "inner_clip": c.inner_clip, "noise_multiplier": c.noise_multiplier, "clip": c.clip,

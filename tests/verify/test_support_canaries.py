@@ -18,6 +18,7 @@ from metadp.training import private_steps as P  # noqa: E402
 from metadp.training.trainer import TrainConfig, train  # noqa: E402
 from metadp.training import models  # noqa: E402
 from metadp.verify.canaries import canary_pool, sinusoid_mse  # noqa: E402
+from metadp.verify.canaries import run_canary_audit  # noqa: E402
 from metadp.verify.support_canaries import SupportAudit, run_support_audit, support_bounds  # noqa: E402
 
 
@@ -143,6 +144,12 @@ def test_support_audit_refusals():
                             "noise": {"mechanism": "gaussian", "multiplier": 1.0}})
     with pytest.raises(ValueError, match="Poisson"):
         run_support_audit(fixed, canaries=10)
+    by_rate = Plan.from_dict({"name": "r", "unit": "task", "delta": 1e-5, "steps": 4,  # no population to hold canaries
+                              "sampling": {"scheme": "poisson", "rate": 0.1},
+                              "noise": {"mechanism": "gaussian", "multiplier": 1.0}})
+    for audit in (run_support_audit, run_canary_audit):
+        with pytest.raises(ValueError, match="--canaries"):
+            audit(by_rate, canaries=10)
 
 
 def test_cli_support_audit_json_table_and_refusals(tmp_path, capsys):
@@ -156,6 +163,8 @@ def test_cli_support_audit_json_table_and_refusals(tmp_path, capsys):
     assert out["verdict"] == "consistent" and out["algorithm"] == "dp-maml-sample" and out["view"] == "record"
     assert out["settings"]["inner_noise"] == 20.0 and out["settings"]["model"] == [1, 8, 8, 1]
     assert out["canary_kind"] == "support record" and out["plan_file"] == str(plan)
+    # the run's own record view, as its ledger certifies it (add/remove, upper bound), beside the claim audited
+    assert out["run_record_view"]["relation"] == "add_remove" and out["run_record_view"]["epsilon"] > 0
     status = main(base + ["--plant-defect", "second-order"])
     table = capsys.readouterr().out
     assert status in (0, 1) and "CONTROL: planted defect 'second-order'" in table
