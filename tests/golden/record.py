@@ -12,17 +12,15 @@ why in the commit).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from metadp.cli import main
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # run as a script too: tests/clirun.py, the in-process command
+import clirun  # noqa: E402
 OUTPUTS = Path(__file__).resolve().parent / "outputs.json"
 PLANS = ["default"] + sorted(p.name for p in (ROOT / "examples").glob("*.toml"))
 SLOW_PLANS = {"train_omniglot_5way_paper.toml"}  # ~18 s of PLD: compared under -m slow
@@ -36,12 +34,10 @@ def _metadp(*args: str) -> subprocess.CompletedProcess:
 
 def plan_numbers(name: str) -> dict:
     """The epsilons ``metadp plan --json`` prints for a plan (``default``: the built-in one), run in this
-    process (``metadp.cli.main`` is the command's whole body; no fresh interpreter to start)."""
-    out = io.StringIO()
-    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out):
-        status = main(["plan", *([] if name == "default" else [f"examples/{name}"]), "--json"])
-    assert status == 0, f"metadp plan {name} --json exited {status}"
-    report = json.loads(out.getvalue())
+    process (``tests/clirun.py``: no fresh interpreter to start)."""
+    result = clirun.metadp("plan", *([] if name == "default" else [f"examples/{name}"]), "--json")
+    assert result.returncode == 0, f"metadp plan {name} --json exited {result.returncode}: {result.stderr}"
+    report = json.loads(result.stdout)
     return {"epsilon": report["epsilon"], "epsilon_lower": report.get("epsilon_lower"),
             "other_units": {o["unit"]: o["epsilon"] for o in report.get("other_units", [])}}
 
