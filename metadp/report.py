@@ -18,7 +18,8 @@ from metadp import __version__
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
-__all__ = ["Report", "build_report", "format_lower", "format_upper", "ACCOUNTANT_CITATIONS"]
+__all__ = ["Report", "build_report", "format_lower", "format_upper", "interval_width", "interval_width_text",
+           "ACCOUNTANT_CITATIONS"]
 
 _UNIT_TEXT = {
     "record": "one record (a single training example)",
@@ -90,6 +91,7 @@ class Report:
         d["bound"] = self.bound
         d["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
         d["epsilon_display"] = format_upper(self.epsilon)
+        d["epsilon_interval_width"] = interval_width(self.epsilon_lower, self.epsilon)
         d["order"] = None if self.order is None or math.isnan(self.order) else self.order
         d["alternatives"] = [dict(a) for a in self.alternatives]
         d["other_units"] = [dict(u, epsilon=None if math.isinf(u["epsilon"]) else u["epsilon"],
@@ -111,7 +113,8 @@ class Report:
     def to_table(self) -> str:
         """Human-readable report."""
         order = "" if self.order is None or math.isnan(self.order) else f", order {self.order:.4g}"
-        interval = f"certified interval [{_format_lower(self.epsilon_lower)}, {format_upper(self.epsilon)}]"
+        interval = (f"certified interval [{_format_lower(self.epsilon_lower)}, {format_upper(self.epsilon)}]"
+                    f"{interval_width_text(self.epsilon_lower, self.epsilon)}")
         how = (f"{self.conversion} conversion{order}" if self.accountant == "rdp" else interval)
         if self.accountant == "rdp" and self.epsilon_lower is not None:  # a scheme's own lower bound
             how += f"; {interval}"
@@ -162,6 +165,22 @@ class Report:
                  f"$\\le {format_upper(self.epsilon)}$", f"${delta}$", self.accountant.upper()]
         header = "% plan & unit & relation & sampling & noise & steps & epsilon (upper bound) & delta & accountant"
         return header + "\n" + " & ".join(cells) + " \\\\"
+
+
+def interval_width(lower: Optional[float], upper: float) -> Optional[float]:
+    """(upper - lower) / upper of a certified interval: how far apart its two ends are, relative to the
+    upper one (None without a finite interval; 0 for [0, 0])."""
+    if lower is None or not math.isfinite(upper) or math.isnan(lower):
+        return None
+    return 0.0 if upper <= 0.0 else max(0.0, (upper - max(lower, 0.0)) / upper)
+
+
+def interval_width_text(lower: Optional[float], upper: float) -> str:
+    """", width 21%" (of the upper end, rounded up) for a report's interval; "" without one."""
+    width = interval_width(lower, upper)
+    if width is None:
+        return ""
+    return f", width {format_upper(100.0 * width, 2)}%" if width > 0 else ", width 0"
 
 
 def _format_lower(x: Optional[float], digits: int = 4) -> str:

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -42,6 +42,9 @@ class PldResult:
     fft_size: int
     notes: Tuple[str, ...] = ()
     stopped_by_time: bool = False  # the time budget ended the refinement (without it the bounds could be tighter)
+    # where a composed pair dominates one step only (``mechanisms.base.Attained``): the lower bound on the
+    # composed pairs' own epsilon, which ``epsilon_lower`` (a bound on the mechanism, from named datasets) is not
+    pair_lower: Optional[float] = None
 
 
 

@@ -40,6 +40,35 @@ from metadp.core.validation import check_count, check_delta, check_real
 __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 
 
+def _up(x: float) -> str:
+    """``x`` rounded up at 6 significant digits (a printed upper bound never understates)."""
+    return "inf" if not math.isfinite(x) else f"{_directed(x, math.ceil):.6g}"
+
+
+def _down(x: float) -> str:
+    """``x`` rounded down at 6 significant digits (a printed lower bound never overstates)."""
+    return f"{_directed(x, math.floor):.6g}"
+
+
+def _directed(x: float, rounding) -> float:
+    if x <= 0.0:
+        return max(x, 0.0)
+    scale = 10.0 ** (5 - math.floor(math.log10(x)))  # 6 significant digits
+    return rounding(x * scale) / scale
+
+
+def _attained(pairs: tuple):
+    """The ``Attained`` of an item whose pair dominates one step only, else None (the pair is attained)."""
+    if pairs is None:  # a non-private release
+        return None
+    named = [getattr(pair, "attained", None) for pair in pairs]
+    if all(a is None for a in named):
+        return None
+    if len(pairs) != 1:
+        raise ValueError("an item of two directions whose pairs dominate one step only is not supported")
+    return named[0]
+
+
 class PldAccountant:
     """Tight accountant over privacy loss distributions, returning certified (lower, upper) bounds.
 
@@ -103,8 +132,17 @@ class PldAccountant:
         The RDP bound, also an upper bound, is reported instead when it is smaller. It is at least the
         true epsilon, so at least the PLD lower bound: it can only win when the PLD interval is wider
         than the tolerance (or the PLD bound is infinite), and only then is it computed.
+
+        The lower bound is one on the mechanism: where a composed pair dominates one step only (its
+        ``attained`` names the pairs that datasets produce at every step, ``mechanisms.base.Attained``),
+        it is the lower bound of those pairs' composition, and ``pair_lower`` keeps the composed
+        dominating pairs' own (which says how close the upper bound is to their exact composition).
         """
         delta = check_delta("delta", delta)
+        return self._attained_lower(self._pair_bounds(delta), delta)
+
+    def _pair_bounds(self, delta: float) -> PldResult:
+        """``get_epsilon_bounds`` of the composed dominating pairs (the lower end theirs)."""
         if any(pairs is None for pairs, _ in self._items):
             return PldResult(math.inf, math.inf, delta, math.nan, self._steps(), 0, ("non-private release",))
         if not self._items:
@@ -129,6 +167,28 @@ class PldAccountant:
                     "(the notes above say what the PLD bound is charged): the RDP bound is reported")
             return dataclasses.replace(result, epsilon_upper=scale, notes=result.notes + (note,))
         return result
+
+    def _attained_lower(self, result: PldResult, delta: float) -> PldResult:
+        """``result`` with its lower end replaced by the composition of the pairs named datasets attain at
+        every step, where some composed pair dominates one step only (``get_epsilon_bounds``)."""
+        named = [_attained(pairs) for pairs, _ in self._items]
+        if all(a is None for a in named) or not math.isfinite(result.epsilon_upper):
+            return result
+        datasets = sorted({a.datasets for a in named if a is not None})
+        pair_note = (f"the upper end composes a per-step pair that is tight for one step, but no neighbouring "
+                     f"datasets are shown to produce it at every step: that composition's own lower bound "
+                     f"({_down(result.epsilon_lower)}) is not one on the mechanism")
+        if len(datasets) > 1:  # configurations of different mechanisms: not shown to be one pair of datasets
+            return dataclasses.replace(result, epsilon_lower=0.0, pair_lower=result.epsilon_lower,
+                                       notes=result.notes + (pair_note + "; no named datasets give a lower bound "
+                                                             "for this composition",))
+        items = [(pairs if a is None else a.pairs, c) for a, (pairs, c) in zip(named, self._items)]
+        found = _bounds(items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
+        lower = min(found.epsilon_lower, result.epsilon_upper)
+        note = (f"the true epsilon may lie anywhere in [{_down(lower)}, {_up(result.epsilon_upper)}]: the lower end is "
+                f"attained by named neighbouring datasets ({datasets[0]}); {pair_note}")
+        return dataclasses.replace(result, epsilon_lower=lower, pair_lower=result.epsilon_lower,
+                                   notes=result.notes + (note,))
 
     def _rdp_accountant(self):
         """The RDP accountant of the ledger (None if an event has no RDP bound), built on first use."""

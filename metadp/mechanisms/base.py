@@ -17,11 +17,28 @@ Add/remove relations need both directions, (P, Q) for "add" and its mirror for "
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Tuple
 
 import numpy as np
 
-__all__ = ["DominatingPair"]
+__all__ = ["Attained", "DominatingPair"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Attained:
+    """Pairs that named neighbouring datasets attain at every step, for a pair that dominates one step only.
+
+    A dominating pair bounds every neighbouring pair of datasets at one step; its T-fold composition bounds
+    T adaptively chosen steps (Zhu, Dong & Wang 2022, arXiv:2106.08567, Thm 10). A lower bound on that
+    composition is a lower bound on the *mechanism* only if some pair of neighbouring datasets produces the
+    pair at every step. Where no datasets are shown to (the pair covers several configurations at once, as
+    the symmetrised pair of fixed-size sampling under substitution does), a pair names here the composition
+    that named datasets do attain: its lower bound is then the mechanism's (``PldAccountant``).
+    """
+
+    pairs: tuple  # one pair per ordering of the two datasets (as an item's (add, remove)), or one for both
+    datasets: str  # the datasets that attain them, in words: what a report prints beside the lower bound
 
 
 class DominatingPair(abc.ABC):
@@ -30,6 +47,9 @@ class DominatingPair(abc.ABC):
     # ``cell_masses`` cells are exactly the loss intervals (e_{i-1}, e_i] (True here: computed from the
     # loss CDF); a subclass that cuts the output space at computed inverses of the edges sets False
     exact_loss_cells = True
+    # None: named neighbouring datasets produce this pair at every step, so a lower bound on its composition
+    # bounds the mechanism; otherwise the pairs such datasets do produce (``Attained``)
+    attained = None
 
     @abc.abstractmethod
     def loss_cdf(self, loss, under: str = "P") -> np.ndarray:

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 from scipy import stats
 
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
+from metadp.mechanisms.base import Attained
 from metadp.mechanisms.gaussian import GaussianMixturePair
 
 __all__ = ["RevealedMixture", "episodic_record_pairs", "hidden_binomial_pairs"]
@@ -60,6 +61,8 @@ class RevealedMixture:
     components: tuple
     inf_mass: float = 0.0
     sigma: float = 1.0  # noise std of the zero-loss components (for ``sample``)
+    # None where named datasets produce this pair at every step; else the pairs they do (``base.Attained``)
+    attained: Optional[Attained] = None
 
     def loss_range(self, tail: float) -> Tuple[float, float]:
         """(lo, hi) with both P-tails of the mixture <= ``tail``: component j's range at tail / (w_j m)

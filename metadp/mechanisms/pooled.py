@@ -63,10 +63,15 @@ from scipy import special
 
 from metadp.core._logmath import log_expm1
 from metadp.core.validation import check_positive, check_probability, check_real
+from metadp.mechanisms.base import Attained
 from metadp.mechanisms.episodic import RevealedMixture
 from metadp.mechanisms.gaussian import GaussianMixturePair
 
-__all__ = ["AntipodalPair", "pooled_record_pair", "pooled_record_lower_pair"]
+__all__ = ["AntipodalPair", "POOL_DATASETS", "pooled_record_pair", "pooled_record_lower_pair"]
+
+# the neighbouring datasets that produce the antipodal pair at every step
+POOL_DATASETS = ("a task whose clipped contribution is C e with the record and -C e with its replacement, "
+                 "at every step (the antipodal configuration)")
 
 
 class AntipodalPair(GaussianMixturePair):
@@ -229,7 +234,9 @@ def pooled_record_pair(rate: float, noise_multiplier: float, resolution: float =
         kept.append(top)
         components.append(GaussianMixturePair([1.0], [2.0], z))
     total = sum(kept)
-    return RevealedMixture(tuple(w / total for w in kept), tuple(components), 0.0, z)
+    # the pair covers every configuration of g and g' at once; named datasets attain the antipodal one
+    attained = Attained((AntipodalPair(q, 1.0, z),), POOL_DATASETS)
+    return RevealedMixture(tuple(w / total for w in kept), tuple(components), 0.0, z, attained)
 
 
 def pooled_record_lower_pair(rate: float, noise_multiplier: float) -> Optional[GaussianMixturePair]:
