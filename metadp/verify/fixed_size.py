@@ -47,7 +47,7 @@ from scipy import optimize, special
 
 from metadp.core.validation import check_count, check_delta, check_positive, check_probability
 
-__all__ = ["Configuration", "adaptive_two_step_epsilon", "configuration_epsilon", "configuration_masses",
+__all__ = ["Configuration", "adaptive_epsilon", "adaptive_two_step_epsilon", "configuration_epsilon", "configuration_masses",
            "exact_two_step_epsilon", "mechanism_masses", "output_grid", "search_configurations"]
 
 
@@ -197,3 +197,49 @@ def adaptive_two_step_epsilon(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], de
         loss, mass = _losses(p, q)
         best = max(best, _solve(lambda e: float(np.sum(mass * second(e - loss))), delta, top=orders[-1]))
     return best
+
+
+def adaptive_epsilon(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], steps: int, delta: float, *,
+                     spacing: float = 1e-3, low: float = -40.0, high: float = 60.0, progress=None) -> float:
+    """Estimated epsilon of ``steps`` steps where each step's configuration is any of ``pairs``, chosen
+    after seeing every earlier release (the adversary of adaptive composition, restricted to this menu).
+
+    Dynamic programming over the hockey-stick order: delta_0(eps) = (1 - e^eps)_+ and
+    delta_t(eps) = max_k sum_y P_k(y) delta_{t-1}(eps - L_k(y)), the maximum taken at each eps, i.e. the
+    configuration chosen for the remaining steps given the privacy loss so far. Losses are rounded to the
+    nearest point of a lattice of ``spacing`` (each step's convolution is an FFT), and orders outside
+    [low, high] are taken as 1 - e^eps below (every delta is at least that) and 0 above: an estimate, not a
+    certificate. Two steps over a menu agree with ``adaptive_two_step_epsilon``, one pair with the static
+    composition (``tests/verify/test_fixed_size.py``). ``progress``: called with each step number."""
+    steps = check_count("steps", steps, minimum=1)
+    delta = check_delta("delta", delta)
+    count = int(round((high - low) / spacing)) + 1
+    orders = low + spacing * np.arange(count)
+    size = 1 << int(math.ceil(math.log2(2 * count)))
+    kernels = []
+    for p, q in pairs:
+        loss, mass = _losses(p, q)
+        k = np.rint(loss / spacing).astype(np.int64)
+        if k.max() - k.min() >= size - count:
+            raise ValueError("a step's privacy loss spans more than the order lattice; raise high - low")
+        kernels.append((int(k.min()), np.fft.rfft(np.bincount(k - k.min(), weights=mass), size)))
+    floor = np.maximum(-np.expm1(np.minimum(orders, 0.0)), 0.0)
+    value = floor.copy()
+    index = np.arange(count)
+    for t in range(steps):
+        spectrum = np.fft.rfft(value, size)
+        best = floor.copy()
+        for shift, kernel in kernels:
+            # new(eps_i) = sum_j w_j value(eps_i - (shift + j) h) = (value * w)[i - shift]
+            conv = np.fft.irfft(spectrum * kernel, size)
+            source = index - shift
+            inside = (source >= 0) & (source < size)
+            out = np.where(inside, conv[np.clip(source, 0, size - 1)], floor)
+            best = np.maximum(best, out)
+        value = np.minimum(best, 1.0)
+        if progress is not None:
+            progress(t + 1)
+    below = np.nonzero(value <= delta)[0]
+    if len(below) == 0:
+        return math.inf
+    return float(max(orders[below[0]], 0.0))

@@ -117,3 +117,18 @@ def test_mechanism_refuses_unclipped_or_too_many_batches(edges):
         fs.mechanism_masses([0.0, 2.0], 1, 1.0, edges)
     with pytest.raises(ValueError, match="too many"):
         fs.mechanism_masses([0.0] * 40, 20, 1.0, edges)
+
+
+def test_multi_step_adaptive_estimate_agrees_with_the_two_step_and_static_ones(edges):
+    p, q = fs.configuration_masses(-1.0, -1.0, 1.0, M / N, Z, edges)
+    lattice = dict(spacing=1e-3, low=-10.0, high=10.0)
+    # one configuration in one order: no choice, the static composition (to the lattice's 1e-3, rounded up)
+    static = fs.configuration_epsilon(-1.0, -1.0, 1.0, M / N, Z, STEPS, DELTA)
+    assert fs.adaptive_epsilon([(q, p)], STEPS, DELTA, **lattice) == pytest.approx(static, abs=2e-3)
+    menu = [fs.configuration_masses(v, u, w, M / N, Z, edges)
+            for v, u, w in itertools.product(GRID, repeat=3) if u != w]
+    two = fs.adaptive_two_step_epsilon(menu, DELTA)
+    assert fs.adaptive_epsilon(menu, 2, DELTA, **lattice) == pytest.approx(two, abs=2e-3)
+    # more steps: the adaptive adversary gains more over the static one
+    three_static = fs.configuration_epsilon(-1.0, -1.0, 1.0, M / N, Z, 3, DELTA)
+    assert fs.adaptive_epsilon(menu, 3, DELTA, **lattice) > 1.05 * three_static
