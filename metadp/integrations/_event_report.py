@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from metadp.accounting import Event, RdpAccountant, UnsupportedEventError
 from metadp.accounting.pld import PldAccountant
-from metadp.report import format_lower, format_upper
+from metadp.report import format_lower, format_upper, interval_width, interval_width_text
 
 __all__ = ["EventReport", "event_report"]
 
@@ -50,7 +50,8 @@ class EventReport:
     def to_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
         d.update(bound=self.bound, epsilon=None if math.isinf(self.epsilon) else self.epsilon,
-                 epsilon_display=format_upper(self.epsilon), alternatives=[
+                 epsilon_display=format_upper(self.epsilon),
+                 epsilon_interval_width=interval_width(self.epsilon_lower, self.epsilon), alternatives=[
                      dict(a, epsilon=None if math.isinf(a["epsilon"]) else a["epsilon"]) for a in self.alternatives])
         return d
 
@@ -59,7 +60,8 @@ class EventReport:
 
     def to_table(self) -> str:
         lower = "" if self.epsilon_lower is None else f", certified interval [{_lower(self.epsilon_lower)}, " \
-                                                      f"{format_upper(self.epsilon)}]"
+                                                      f"{format_upper(self.epsilon)}]" \
+                                                      f"{interval_width_text(self.epsilon_lower, self.epsilon)}"
         rows = [("epsilon", f"<= {format_upper(self.epsilon)}   (upper bound; {self.accountant.upper()} "
                             f"accountant{lower})"),
                 ("delta", f"{self.delta:g}"),
