@@ -36,6 +36,7 @@ from metadp.accounting._pld_pairs import event_pairs
 from metadp.accounting._pld_bounds import _DELTA_SHARE, PldResult, _bounds, _delta_bounds, _trajectory_direction
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_delta, check_real
+from metadp.mechanisms.base import Attained
 
 __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 
@@ -58,15 +59,20 @@ def _directed(x: float, rounding) -> float:
 
 
 def _attained(pairs: tuple):
-    """The ``Attained`` of an item whose pair dominates one step only, else None (the pair is attained)."""
+    """The ``Attained`` of an item some of whose pairs dominate one step only, else None (every pair of the
+    item is attained as it is). For an (add, remove) item, each direction's first attained pair (or the
+    pair itself), merged into one where they are the same pair."""
     if pairs is None:  # a non-private release
         return None
     named = [getattr(pair, "attained", None) for pair in pairs]
-    if all(a is None for a in named):
+    found = [a for a in named if a is not None]
+    if not found:
         return None
-    if len(pairs) != 1:
-        raise ValueError("an item of two directions whose pairs dominate one step only is not supported")
-    return named[0]
+    if len(pairs) == 1:
+        return found[0]
+    chosen = tuple(a.pairs[0] if a is not None else pair for a, pair in zip(named, pairs))
+    chosen = chosen[:1] if all(p is chosen[0] for p in chosen) else chosen
+    return Attained(chosen, found[0].datasets, max(a.slack for a in found))
 
 
 class PldAccountant:
@@ -175,16 +181,20 @@ class PldAccountant:
         if all(a is None for a in named) or not math.isfinite(result.epsilon_upper):
             return result
         datasets = sorted({a.datasets for a in named if a is not None})
-        pair_note = (f"the upper end composes a per-step pair that is tight for one step, but no neighbouring "
-                     f"datasets are shown to produce it at every step: that composition's own lower bound "
-                     f"({_down(result.epsilon_lower)}) is not one on the mechanism")
+        pair_note = (f"the upper end composes a per-step dominating pair that no neighbouring datasets are shown to "
+                     f"produce at every step: that composition's own lower bound ({_down(result.epsilon_lower)}) is "
+                     "not one on the mechanism")
         if len(datasets) > 1:  # configurations of different mechanisms: not shown to be one pair of datasets
             return dataclasses.replace(result, epsilon_lower=0.0, pair_lower=result.epsilon_lower,
                                        notes=result.notes + (pair_note + "; no named datasets give a lower bound "
                                                              "for this composition",))
         items = [(pairs if a is None else a.pairs, c) for a, (pairs, c) in zip(named, self._items)]
-        found = _bounds(items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
-        lower = min(found.epsilon_lower, result.epsilon_upper)
+        slack = sum(c * a.slack for a, (_, c) in zip(named, self._items) if a is not None)
+        if delta + slack >= 1.0:
+            lower = 0.0
+        else:
+            found = _bounds(items, delta + slack, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
+            lower = min(found.epsilon_lower, result.epsilon_upper)
         note = (f"the true epsilon may lie anywhere in [{_down(lower)}, {_up(result.epsilon_upper)}]: the lower end is "
                 f"attained by named neighbouring datasets ({datasets[0]}); {pair_note}")
         return dataclasses.replace(result, epsilon_lower=lower, pair_lower=result.epsilon_lower,

@@ -39,6 +39,9 @@ class Attained:
 
     pairs: tuple  # one pair per ordering of the two datasets (as an item's (add, remove)), or one for both
     datasets: str  # the datasets that attain them, in words: what a report prints beside the lower bound
+    # total variation between ``pairs`` and the datasets' exact releases, per step (truncated mixture weights
+    # on the numerator's side): the lower end is taken at delta + steps x slack, which covers it
+    slack: float = 0.0
 
 
 class DominatingPair(abc.ABC):

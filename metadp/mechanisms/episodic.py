@@ -43,7 +43,7 @@ from metadp.core.validation import check_count, check_positive, check_probabilit
 from metadp.mechanisms.base import Attained
 from metadp.mechanisms.gaussian import GaussianMixturePair
 
-__all__ = ["RevealedMixture", "episodic_record_pairs", "hidden_binomial_pairs"]
+__all__ = ["RevealedMixture", "episodic_datasets", "episodic_record_pairs", "hidden_binomial_pairs"]
 
 _TAIL = 1e-18  # binomial mass cut from each truncated count, charged as an infinite privacy loss
 
@@ -137,7 +137,23 @@ def episodic_record_pairs(episodes: int, unit_rate: float, within_rate: float, n
             weights.append(float(w))
             components.append(GaussianMixturePair(pk, shift * ks, z, direction) if len(ks) > 1 else None)
         out.append(RevealedMixture(tuple(weights), tuple(components), float(inf_mass), z))
+    if 0.0 < unit_rate < 1.0 and within_rate > 0.0:
+        # J is revealed here, which no datasets are shown to do at the full shift; the datasets named by
+        # ``episodic_datasets`` attain the hidden count K ~ Bin(L, P_U r) (the "add" order: the numerator is
+        # the truncated mixture, so the cut mass is a total variation on the safe side, ``Attained.slack``)
+        add, _, cut = hidden_binomial_pairs(episodes, unit_rate * within_rate, z, shift)
+        attained = Attained((add,), episodic_datasets(shift), slack=cut)
+        out = [dataclasses.replace(pair, attained=attained) for pair in out]
     return out[0], out[1]
+
+
+def episodic_datasets(shift: float) -> str:
+    """The neighbouring datasets whose step releases the hidden-count pair (``episodic_record_pairs``)."""
+    return ("every episode's clipped contribution -C e, and +C e for an episode that draws the record, so that "
+            "which episodes selected its unit does not show, at every step"
+            if shift == 2.0 else
+            f"every episode's clipped contribution 0, and {shift:g}C e for an episode that draws the record, at "
+            "every step")
 
 
 def hidden_binomial_pairs(episodes: int, inclusion: float, noise_multiplier: float,
