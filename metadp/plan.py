@@ -21,7 +21,7 @@ from metadp.core import events as ev
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.accounting.allocation import one_pass_comparison
 from metadp.accounting.registry import ACCOUNTANTS
-from metadp.accounting.rdp_accountant import UnsupportedEventError
+from metadp.accounting.rdp_accountant import RdpAccountant, UnsupportedEventError
 from metadp.citations import CITATIONS
 from metadp.report import Report, build_report
 from metadp.units import unit_views
@@ -351,6 +351,26 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
     return build_report(plan, epsilon, order, acc, epsilon_lower=lower, notes=notes,
                         alternatives=[(r[0].name, r[1], r[3]) for r in results] if name == "all" else (),
                         view=primary, other_units=other_units)
+
+
+def check_plan_certifies(plan: Plan) -> None:
+    """Refuses (ValueError), before a run loads data or trains a step, a plan whose guarantee is degenerate:
+    one step of its unit's event already has no finite epsilon at the plan's delta (RDP, which bounds every
+    noise level; the PLD accountant refuses noise below 1e-50), so no run of it could report one."""
+    view = unit_views(plan)[0]
+    try:
+        accountant = RdpAccountant(view.relation)
+        for event in view.events:
+            accountant.compose(event, 1)
+        epsilon = accountant.get_epsilon(plan.delta)
+    except UnsupportedEventError:
+        return  # no RDP bound for this event: the plan's own accountant decides, and the report says what it finds
+    if not math.isfinite(epsilon):
+        noise = plan.noise.multiplier if plan.noise.multiplier is not None else plan.noise.scale
+        raise ValueError(f"the plan certifies no finite epsilon: one step at noise {noise:g} already has epsilon = "
+                         f"infinity at delta {plan.delta:g}, so a run would spend its data for no guarantee; raise "
+                         "[noise] in the plan (metadp calibrate solves it for a target), or train a non-private "
+                         "algorithm (maml, reptile) if no guarantee is wanted")
 
 
 def _certify(view, delta: float, names, strict: bool, options=None):

@@ -18,7 +18,7 @@ from metadp import __version__
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
-__all__ = ["Report", "build_report", "format_lower", "format_upper", "interval_width", "interval_width_text",
+__all__ = ["Report", "build_report", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon",
            "ACCOUNTANT_CITATIONS"]
 
 _UNIT_TEXT = {
@@ -89,12 +89,12 @@ class Report:
         """JSON-ready dict; ``epsilon`` is the exact float (not rounded), ``bound`` says its direction."""
         d = dataclasses.asdict(self)
         d["bound"] = self.bound
-        d["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
+        d["epsilon"] = json_epsilon(self.epsilon)
         d["epsilon_display"] = format_upper(self.epsilon)
         d["epsilon_interval_width"] = interval_width(self.epsilon_lower, self.epsilon)
         d["order"] = None if self.order is None or math.isnan(self.order) else self.order
-        d["alternatives"] = [dict(a) for a in self.alternatives]
-        d["other_units"] = [dict(u, epsilon=None if math.isinf(u["epsilon"]) else u["epsilon"],
+        d["alternatives"] = [dict(a, epsilon=json_epsilon(a["epsilon"])) for a in self.alternatives]
+        d["other_units"] = [dict(u, epsilon=json_epsilon(u["epsilon"]),
                                  epsilon_display=format_upper(u["epsilon"])) for u in self.other_units]
         d["assumptions"] = list(self.assumptions)
         d["citations"] = list(self.citations)
@@ -167,6 +167,12 @@ class Report:
         return header + "\n" + " & ".join(cells) + " \\\\"
 
 
+def json_epsilon(x: float):
+    """An epsilon for JSON: the number, or the string "inf" where no finite bound is certified (JSON has no
+    infinity, and null would say nothing; ``float("inf")`` reads it back)."""
+    return "inf" if math.isinf(x) else x
+
+
 def interval_width(lower: Optional[float], upper: float) -> Optional[float]:
     """(upper - lower) / upper of a certified interval: how far apart its two ends are, relative to the
     upper one (None without a finite interval; 0 for [0, 0])."""
@@ -222,6 +228,10 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
     """Assembles the report of ``plan`` from an accountant's result (used by ``plan_epsilon``)."""
     assumptions, citations, warnings = _analysis_notes(plan, accountant, order, view, other_units)
     warnings += list(notes)
+    if math.isinf(epsilon):
+        warnings.insert(0, f"no finite epsilon is certified: at delta {plan.delta:g} every accountant that handles this "
+                           "plan gives infinity (too little noise, or a non-private release), so the plan protects "
+                           "nothing as written")
     alts = tuple({"accountant": a, "epsilon": e, "epsilon_lower": lo} for a, e, lo in alternatives)
     lowers = [a for a in alts if a["epsilon_lower"] is not None]
     for a in lowers:  # a certified lower bound above another certified upper bound is a contradiction

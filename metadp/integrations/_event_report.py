@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from metadp.accounting import Event, RdpAccountant, UnsupportedEventError
 from metadp.accounting.pld import PldAccountant
-from metadp.report import format_lower, format_upper, interval_width, interval_width_text
+from metadp.report import format_lower, format_upper, interval_width, interval_width_text, json_epsilon
 
 __all__ = ["EventReport", "event_report"]
 
@@ -49,10 +49,10 @@ class EventReport:
 
     def to_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.update(bound=self.bound, epsilon=None if math.isinf(self.epsilon) else self.epsilon,
+        d.update(bound=self.bound, epsilon=json_epsilon(self.epsilon),
                  epsilon_display=format_upper(self.epsilon),
                  epsilon_interval_width=interval_width(self.epsilon_lower, self.epsilon), alternatives=[
-                     dict(a, epsilon=None if math.isinf(a["epsilon"]) else a["epsilon"]) for a in self.alternatives])
+                     dict(a, epsilon=json_epsilon(a["epsilon"])) for a in self.alternatives])
         return d
 
     def to_json(self, indent: int = 2) -> str:

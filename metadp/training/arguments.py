@@ -64,6 +64,11 @@ def _given(args, name: str) -> bool:
     return value is not None and value is not False
 
 
+# the smallest positive noise multiplier a run accepts: the PLD accountant's floor (metadp.accounting._pld_pairs);
+# at 1e-50 one step's RDP epsilon is ~1e100 at every order, already no guarantee, but a finite number
+_MIN_NOISE = 1e-50
+
+
 def _real(args, name: str, *, low: float, low_open: bool, high: float = math.inf, high_open: bool = False) -> None:
     value = getattr(args, name)
     if value is None:
@@ -163,6 +168,11 @@ def _check_numbers(args) -> None:
     _real(args, "count_noise", low=0.0, low_open=True)
     _real(args, "inner_clip", low=0.0, low_open=True)
     _real(args, "inner_noise", low=0.0, low_open=False)
+    for name in ("noise", "inner_noise", "count_noise"):
+        value = getattr(args, name, None)
+        if value is not None and 0.0 < value < _MIN_NOISE:  # 0 is no noise, said as such; this is a degenerate one
+            raise ValueError(f"{_flag(name)} must be 0 (no noise: no guarantee) or at least {_MIN_NOISE:g}, got {value:g}: "
+                             "below it the privacy losses overflow float64 and no finite epsilon can be certified")
     _real(args, "meta_batch", low=0.0, low_open=True)
     _real(args, "inner_lr", low=0.0, low_open=True)
     _real(args, "outer_lr", low=0.0, low_open=True)

@@ -42,6 +42,7 @@ from metadp.training import algorithms, data_setups, datasets, run_folder
 from metadp.training.arguments import check_device, check_train_args
 from metadp.training.federated import flower_refusal
 from metadp.training.parser import CLI_OBFUSCATIONS
+from metadp.plan import check_plan_certifies
 from metadp.training.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
 from metadp.training.plan_run import fresh_episodes, plan_settings
 from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
@@ -190,6 +191,8 @@ def _run_plan(args) -> None:
         plan, table, z = calibrated(table, args.epsilon)
         print(f"noise calibrated to the plan's budget: noise.multiplier = {z:.6g} (the file says {was:g}); the plan's "
               f"{plan.unit} epsilon <= {args.epsilon:g} at delta {plan.delta:g}")
+    if alg.private:
+        check_plan_certifies(plan)
     args.fresh_episodes = fresh_episodes(plan)
     args.n_way = plan.hierarchy.levels[0].size if args.fresh_episodes else None
     if not args.fresh_episodes:
@@ -247,11 +250,11 @@ def _run_plan(args) -> None:
     if not alg.private:
         print("non-private: no privacy guarantee (the plan's sampling and steps, without clipping or noise)")
     else:
-        print(f"  {report['unit']} [the plan's unit]: epsilon <= {format_upper(report['epsilon'])} (upper bound, "
+        print(f"  {report['unit']} [the plan's unit]: epsilon <= {format_upper(float(report['epsilon']))} (upper bound, "
               f"{report['accountant'].upper()}) at delta = {report['delta']:g}, {report['relation'].replace('_', '/')} "
               "neighbours")
         for other in report["other_units"]:
-            print(f"  {other['unit']}: epsilon <= {format_upper(other['epsilon'])} (upper bound, "
+            print(f"  {other['unit']}: epsilon <= {format_upper(float(other['epsilon']))} (upper bound, "
                   f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
                   f"{other['relation'].replace('_', '/')} neighbours")
         source = (f"`metadp plan {args.plan}`" if args.epsilon is None else

@@ -314,7 +314,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     primary = next((v for v in report["views"] if v["view"] == run.primary.key), None) if run.primary else None
     if run.plan_file is not None:  # the plan's report: its epsilon is the primary guarantee's
-        epsilon = report["epsilon"] if c.private else 0.0
+        epsilon = float(report["epsilon"]) if c.private else 0.0  # "inf" in JSON where nothing finite is certified
     elif primary is None:
         epsilon = 0.0 if not c.private else math.inf
     else:

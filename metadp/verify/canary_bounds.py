@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from metadp.accounting.calibration import certified_epsilon
-from metadp.plan import Plan
+from metadp.plan import Plan, check_plan_certifies
 from metadp.core import events as ev
 from metadp.report import format_upper
 from metadp.verify.one_run import mixture_llr, simulated_power
@@ -41,9 +41,14 @@ def check_audit_plan(plan: Plan, canaries: int) -> None:
     if plan.unit != "task" or plan.noise.mechanism != "gaussian" or plan.noise.count_noise is not None:
         raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
                          "clip (no count_noise)")
+    check_plan_certifies(plan)
     population = plan.sampling.population
-    if population is None or not 2 <= canaries <= population // 2:
-        raise ValueError(f"--canaries must be in [2, {(population or 0) // 2}] (at most half the plan's sampling."
+    if population is None:
+        raise ValueError("--plan: the canary audit needs the plan's sampling.population (it plants its canaries among "
+                         "the plan's tasks and counts them against it); a plan given by sampling.rate alone has none: "
+                         "add sampling.population")
+    if not 2 <= canaries <= population // 2:
+        raise ValueError(f"--canaries must be in [2, {population // 2}] (at most half the plan's sampling."
                          f"population), got {canaries}")
 
 
