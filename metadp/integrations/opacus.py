@@ -57,9 +57,9 @@ def _check_entry(where: str, noise_multiplier, sample_rate, num_steps) -> tuple:
     for name, value in (("noise_multiplier", noise_multiplier), ("sample_rate", sample_rate)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
             raise ValueError(f"{where}: {name} must be a real number, got {value!r}")
-    if not noise_multiplier > 0:
-        raise ValueError(f"{where}: noise_multiplier must be > 0 (metadp certifies noisy training; 0 releases the "
-                         f"clipped gradients as they are, epsilon infinite), got {noise_multiplier!r}")
+    if not 0 < noise_multiplier < math.inf:
+        raise ValueError(f"{where}: noise_multiplier must be finite and > 0 (metadp certifies noisy training; 0 releases "
+                         f"the clipped gradients as they are, epsilon infinite), got {noise_multiplier!r}")
     if not 0.0 <= sample_rate <= 1.0:
         raise ValueError(f"{where}: sample_rate must be in [0, 1] (a Poisson sampling probability), "
                          f"got {sample_rate!r}")
@@ -178,15 +178,44 @@ def noise_multiplier_for_epsilon(*, target_epsilon: float, target_delta: float, 
     """
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps and epochs")
+    _check_target(target_epsilon, target_delta)
     _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, 0)
     if steps is None:
-        if not (isinstance(epochs, numbers.Real) and epochs > 0 and sample_rate > 0):
+        if not (_finite_positive(epochs) and sample_rate > 0):
             raise ValueError(f"epochs must be > 0 with a sample_rate > 0, got epochs {epochs!r}, "
                              f"sample_rate {sample_rate!r}")
         steps = int(epochs / sample_rate)
     _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, steps)
     return calibrate_noise(lambda z: SelfComposed(PoissonSampled(sample_rate, Gaussian(z)), steps),
                            target_epsilon, target_delta, accountant="pld")
+
+
+def _finite_positive(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def _check_target(target_epsilon, target_delta) -> None:
+    """Refuses a non-finite or non-positive target_epsilon and a target_delta outside (0, 1), naming them.
+
+    Opacus's noise search compares ``eps > target_epsilon``, which is False for NaN, and so returns its first
+    multiplier (10) for target_epsilon = nan or inf without asking the accountant anything: metadp refuses
+    these before Opacus sees them."""
+    if not _finite_positive(target_epsilon):
+        raise ValueError(f"target_epsilon must be a finite number > 0, got {target_epsilon!r}")
+    if not (_finite_positive(target_delta) and target_delta < 1):
+        raise ValueError(f"target_delta must be a number in (0, 1), got {target_delta!r}")
+
+
+def _check_private_arguments(kwargs) -> None:
+    """The numbers ``make_private_checked`` passes on to Opacus, checked first (ValueError naming each)."""
+    if "target_epsilon" in kwargs or "target_delta" in kwargs:
+        _check_target(kwargs.get("target_epsilon"), kwargs.get("target_delta"))
+    for name in ("epochs", "noise_multiplier", "max_grad_norm"):
+        if name in kwargs and kwargs[name] is not None:
+            value = kwargs[name]
+            values = value if isinstance(value, (list, tuple)) and name == "max_grad_norm" else [value]  # per layer
+            if not all(_finite_positive(v) for v in values):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool = True, **kwargs):
@@ -205,8 +234,10 @@ def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool 
 
     Raises:
         ValueError: the loader's batches are not Poisson samples at the charged rate (the message says
-            what the loader does and what to use instead).
+            what the loader does and what to use instead); or target_epsilon, target_delta, epochs,
+            noise_multiplier or max_grad_norm is not finite and positive (target_delta in (0, 1)).
     """
+    _check_private_arguments(kwargs)
     before = describe_sampling(data_loader)
     if not poisson_sampling:
         require_poisson(data_loader)

@@ -114,8 +114,8 @@ def test_state_dict_round_trips_and_is_checked():
 
 
 @pytest.mark.parametrize("history, message", [
-    ([(0.0, 0.1, 5)], r"history\[0\]: noise_multiplier must be > 0"),
-    ([(1.0, 0.1, 5), (-1.0, 0.1, 5)], r"history\[1\]: noise_multiplier must be > 0"),
+    ([(0.0, 0.1, 5)], r"history\[0\]: noise_multiplier must be finite and > 0"),
+    ([(1.0, 0.1, 5), (-1.0, 0.1, 5)], r"history\[1\]: noise_multiplier must be finite and > 0"),
     ([(1.0, 1.5, 5)], r"history\[0\]: sample_rate must be in \[0, 1\]"),
     ([(1.0, -0.1, 5)], r"sample_rate must be in \[0, 1\]"),
     ([(math.nan, 0.1, 5)], "noise_multiplier must be a real number"),
@@ -131,7 +131,7 @@ def test_unsupported_history_is_a_clear_value_error(history, message):
 
 def test_step_refuses_bad_values_before_recording():
     acc = mo.MetadpAccountant()
-    with pytest.raises(ValueError, match="step: noise_multiplier must be > 0"):
+    with pytest.raises(ValueError, match="step: noise_multiplier must be finite and > 0"):
         acc.step(noise_multiplier=0.0, sample_rate=0.1)
     with pytest.raises(ValueError, match="step: sample_rate must be in"):
         acc.step(noise_multiplier=1.0, sample_rate=1.01)
