@@ -303,6 +303,9 @@ def loads_plan(text: str, *, origin: str = "<text>") -> Plan:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"plan {origin} is not valid TOML: {err}") from None
+    except RecursionError:  # tomllib recurses per nested array or table: a plan nests two levels
+        raise ValueError(f"plan {origin} nests arrays or tables too deeply to read (thousands of levels; a plan "
+                         "nests two)") from None
     return Plan.from_dict(data)
 
 

@@ -100,9 +100,30 @@ class Laplace(Event):
         return f"Laplace(scale {self.scale:g})"
 
 
+# Events nest (sampling of a composition of ...); every accountant walks them recursively, so the depth is
+# bounded where an event is built: a plan nests a few levels, and 100 is far beyond any mechanism described
+MAX_DEPTH = 100
+
+
+def nesting_depth(event: "Event") -> int:
+    """How many events deep ``event`` nests (1 for a leaf), walked without recursion."""
+    deepest, stack = 0, [(event, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        for field in dataclasses.fields(node):
+            value = getattr(node, field.name)
+            children = value if isinstance(value, tuple) else (value,)
+            stack.extend((child, depth + 1) for child in children if isinstance(child, Event))
+    return deepest
+
+
 def _check_inner(name: str, inner) -> None:
     if not isinstance(inner, Event):
         raise ValueError(f"{name} must be an Event, got {type(inner).__name__}")
+    if nesting_depth(inner) >= MAX_DEPTH:
+        raise ValueError(f"{name} nests events {MAX_DEPTH} or more levels deep; at most {MAX_DEPTH} levels are accepted "
+                         "(flatten it: SelfComposed(e, n) instead of n nested compositions)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,6 +102,9 @@ def load_dp_event(path) -> Dict[str, Any]:
     except json.JSONDecodeError as err:
         raise ValueError(f"dp event file {str(p)!r} is not valid JSON: {err.msg} (line {err.lineno}, "
                          f"column {err.colno})") from None
+    except RecursionError:  # the parser recurses per level: nesting deeper than any event is refused
+        raise ValueError(f"dp event file {str(p)!r} nests JSON too deeply to read (about a thousand levels or "
+                         "more; an event nests a few)") from None
     except OSError as err:
         raise ValueError(f"dp event file {str(p)!r} cannot be read: {err.strerror or err}") from None
     if not isinstance(data, dict) or "class_name" not in data:

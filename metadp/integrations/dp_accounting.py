@@ -71,6 +71,7 @@ from metadp.accounting import (
     PoissonSampled,
     SelfComposed,
 )
+from metadp.core.events import MAX_DEPTH
 from metadp.integrations._dp_event_json import KEYS, MODULE, dp_event_from_dict, dp_event_to_dict, load_dp_event
 
 __all__ = ["NOISE_READINGS", "UnsupportedDpEventError", "from_dp_event", "to_dp_event", "to_dp_event_dict",
@@ -155,7 +156,11 @@ def _node(x, path: str) -> Mapping:
                      f"(with module_name and class_name), got {type(x).__name__}")
 
 
-def _from(x, path: str, k: float) -> Event:
+def _from(x, path: str, k: float, depth: int = 1) -> Event:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"the dp event nests more than {MAX_DEPTH} levels deep (at {path.split('.')[0]} ... "
+                         f"{path.rsplit('.', 1)[-1]}); metadp accepts at most {MAX_DEPTH} (flatten it: a "
+                         "SelfComposedDpEvent with a count instead of nested compositions)")
     d = _node(x, path)
     name = d.get("class_name")
     if not isinstance(name, str):
@@ -183,18 +188,18 @@ def _from(x, path: str, k: float) -> Event:
         return Gaussian(s * k) if name == "GaussianDpEvent" else Laplace(s * k)
     if name == "PoissonSampledDpEvent":
         q = _number(d, "sampling_probability", path, low=0.0, high=1.0)
-        return PoissonSampled(q, _from(d["event"], f"{path}.event", k))
+        return PoissonSampled(q, _from(d["event"], f"{path}.event", k, depth + 1))
     if name == "SampledWithoutReplacementDpEvent":
         n = int(_number(d, "source_dataset_size", path, low=1.0, integer=True))
         m = int(_number(d, "sample_size", path, low=0.0, high=float(n), integer=True))
-        return FixedSizeSampled(m, n, _from(d["event"], f"{path}.event", k), sensitivity_factor=2.0)
+        return FixedSizeSampled(m, n, _from(d["event"], f"{path}.event", k, depth + 1), sensitivity_factor=2.0)
     if name == "SelfComposedDpEvent":
         count = int(_number(d, "count", path, low=0.0, high=float(_MAX_COUNT), integer=True))
-        return SelfComposed(_from(d["event"], f"{path}.event", k), count)
+        return SelfComposed(_from(d["event"], f"{path}.event", k, depth + 1), count)
     events = d["events"]
     if isinstance(events, (str, bytes, Mapping)) or not hasattr(events, "__iter__"):
         raise ValueError(f"{path}.events must be a list of events, got {type(events).__name__}")
-    return Composed(tuple(_from(e, f"{path}.events[{i}]", k) for i, e in enumerate(events)))
+    return Composed(tuple(_from(e, f"{path}.events[{i}]", k, depth + 1) for i, e in enumerate(events)))
 
 
 def _number(d: Mapping, field: str, path: str, *, low: float, high: float = math.inf, low_open: bool = False,

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import math
 import sys
+import tomllib
 from pathlib import Path
 from typing import List
 
@@ -121,6 +122,33 @@ def add_verify_parser(sub, number, formatter) -> None:
     add_run_arguments(v, number)
 
 
+def _check_plan_text(path: str) -> None:
+    """Refuses a --crosscheck file that is not TOML (a plan) before it is read as a plan: a Markdown or text
+    file is neither a plan nor a dp-accounting event (EVENT.json), and saying 'not valid TOML at line 3'
+    would read as if it were a broken plan."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        text = None
+    if text is not None:
+        try:
+            tomllib.loads(text)
+            return
+        except tomllib.TOMLDecodeError:
+            pass
+        except RecursionError:
+            return  # the plan loader says it is nested too deeply
+        try:
+            json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            pass
+        else:
+            raise ValueError(f"--crosscheck {path!r} holds JSON: a dp-accounting event is read from a file named "
+                             "*.json (with --delta); a plan is a TOML file")
+    raise ValueError(f"--crosscheck {path!r} is neither a plan (a TOML file, e.g. examples/dp_sgd_mnist.toml) nor a "
+                     "dp-accounting event (EVENT.json with --delta)")
+
+
 def _epsilons(text: str) -> List[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
@@ -168,6 +196,8 @@ def _check_input(args) -> None:
     if args.crosscheck:
         if not Path(args.crosscheck).is_file():
             raise ValueError(f"--crosscheck {args.crosscheck!r}: no such {'file' if event_file else 'plan file'}")
+        if not event_file:
+            _check_plan_text(args.crosscheck)
         if event_file and (args.delta is None or not 0.0 < args.delta < 1.0):
             given = "is missing" if args.delta is None else f"must be in (0, 1), got {args.delta:g}"
             raise ValueError(f"--delta {given}: --crosscheck EVENT.json needs the delta to compare at")
