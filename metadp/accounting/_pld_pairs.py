@@ -65,6 +65,12 @@ def _check_noise(event: ev.Event, noise: float, what: str = "noise multiplier") 
     return noise
 
 
+# Where the random-allocation lattice (accounting.allocation_pld) is built: its layout needs exp(1/z^2) and a
+# window of ~c t / Delta points; outside (z ~ 0.04 overflows, t = 10^8 gave NaN) the RDP accountant bounds a pass
+_ALLOCATION_PLD_Z = (0.05, 1e3)
+_ALLOCATION_PLD_STEPS = 10**6
+
+
 @functools.lru_cache(maxsize=256)
 def _cached_pairs(kind: str, *args) -> tuple:
     """One pair object per distinct mechanism, so repeated compositions of it merge into one power
@@ -149,6 +155,11 @@ def _(event: ev.RandomAllocation, relation):
     if event.steps == 1:
         return event_pairs(event.inner, relation)
     z = _check_noise(event, event.inner.noise_multiplier)
+    low, high = _ALLOCATION_PLD_Z
+    if not low <= z <= high or event.steps > _ALLOCATION_PLD_STEPS:
+        raise _pld_unsupported(event, f"the allocation lattice is built for noise in [{low:g}, {high:g}] and at most "
+                                      f"{_ALLOCATION_PLD_STEPS:,} steps a pass, got z = {z:g}, t = {event.steps:,}; "
+                                      "the RDP accountant bounds it")
     if not pld_resolves(z, event.steps):
         raise _pld_unsupported(event, f"the allocation lattice does not resolve t = {event.steps} steps at noise {z:g} "
                                       "(its bound would be infinite); the RDP accountant bounds it")

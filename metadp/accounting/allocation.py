@@ -58,7 +58,10 @@ def one_pass_comparison(sampling, relation: str, inner, steps: int, delta: float
     if relation != "add_remove" or not isinstance(inner, Gaussian):
         return (interval,)
     rate = 1.0 / sampling.steps_per_pass if hasattr(sampling, "steps_per_pass") else sampling.rate
-    poisson = PldAccountant("add_remove").compose(PoissonSampled(rate, inner), steps).get_epsilon(delta)
+    try:
+        poisson = PldAccountant("add_remove").compose(PoissonSampled(rate, inner), steps).get_epsilon(delta)
+    except UnsupportedEventError:  # noise outside the PLD accountant's range: no comparison to print
+        return (interval,)
     ratio = "" if poisson <= 0 else f"; this sampler's lower bound is {lower / poisson:.3g}x that"
     return (interval, f"Poisson sampling at the same rate ({rate:.6g}) over the same {steps:,} steps would give "
                       f"epsilon <= {_up(poisson)} (PLD), which is NOT a bound for this sampler{ratio}")

@@ -91,6 +91,19 @@ def _check(z, t, epochs):
     return check_positive("z", z), check_count("t", t, minimum=1), check_count("epochs", epochs, minimum=1)
 
 
+# Noise multipliers where the two-order bound is computed; outside, one pass is bounded by the plain Gaussian
+# (each unit is in one step of the pass; revealing which step only helps the adversary, so alpha / (2 z^2) of
+# order alpha is an upper bound). Below the low end exp(1/z^2) overflows (z ~ 0.0377), and there the
+# amplification is worth nothing measurable anyway; above the high end z^2 overflows and every RDP is ~0.
+_AMPLIFIED_Z = (0.05, 1e100)
+
+
+def _gaussian_rdp(z: float, orders: np.ndarray) -> np.ndarray:
+    """alpha / (2 z^2) without forming z^2 (which overflows for z > 1e154, underflows for z < 1e-154)."""
+    with np.errstate(over="ignore"):
+        return orders / (2.0 * z) / z
+
+
 # -- upper bound: RDP of both orders ---------------------------------------------------------------------
 
 
@@ -194,6 +207,9 @@ def allocation_rdp(z: float, t: int, epochs: int = 1, orders=ALLOCATION_ORDERS) 
     orders = np.asarray(orders, dtype=np.float64)
     if np.any(orders < 2) or np.any(orders != np.round(orders)):
         raise ValueError("orders must be integers >= 2")
+    if not _AMPLIFIED_Z[0] <= z <= _AMPLIFIED_Z[1]:
+        gaussian = epochs * _gaussian_rdp(z, orders)
+        return gaussian, gaussian
     return epochs * _rdp_order_a(z, t, orders), epochs * _rdp_order_b(z, t, orders)
 
 
@@ -210,8 +226,8 @@ def allocation_rdp_at(z: float, t: int, orders) -> np.ndarray:
     ``ALLOCATION_ORDERS`` get +inf (no bound claimed)."""
     z, t, _ = _check(z, t, 1)
     orders = np.asarray(orders, dtype=np.float64)
-    if t == 1:
-        return orders / (2 * z * z)
+    if t == 1 or not _AMPLIFIED_Z[0] <= z <= _AMPLIFIED_Z[1]:
+        return _gaussian_rdp(z, orders)
     curve = _pass_rdp(z, t)
     idx = np.clip(np.ceil(orders), 2, None) - 2
     top = len(ALLOCATION_ORDERS) - 1
@@ -243,28 +259,55 @@ def _event_probs(z: float, t: int, shift: float, taus: np.ndarray) -> np.ndarray
     return -np.expm1(log_in)
 
 
-def _hockey_binomial(p: np.ndarray, q: np.ndarray, epochs: int, eps: float) -> np.ndarray:
-    """sum_m (Bin(m; E, p) - e^eps Bin(m; E, q))_+ for each (p, q), rounded down."""
-    m = np.arange(epochs + 1)[:, None]
-    diff = stats.binom.pmf(m, epochs, p[None, :]) - math.exp(eps) * stats.binom.pmf(m, epochs, q[None, :])
+def _binomial_pmfs(p: np.ndarray, epochs: int) -> np.ndarray:
+    """Bin(m; E, p) for m = 0..E (rows) and each p (columns)."""
+    return stats.binom.pmf(np.arange(epochs + 1)[:, None], epochs, p[None, :])
+
+
+def _hockey_binomial(p: np.ndarray, q: np.ndarray, epochs: int, eps: float, pmfs=None) -> np.ndarray:
+    """sum_m (Bin(m; E, p) - e^eps Bin(m; E, q))_+ for each (p, q), rounded down (``pmfs``: both pmf tables,
+    when already computed)."""
+    if eps > 600.0:  # the float error allowance 1e-12 e^eps below is then above any delta: the bound is 0
+        return np.zeros(len(p))
+    pmf_p, pmf_q = pmfs if pmfs is not None else (_binomial_pmfs(p, epochs), _binomial_pmfs(q, epochs))
+    diff = pmf_p - math.exp(eps) * pmf_q
     value = np.sum(np.maximum(diff, 0.0), axis=0)
     # float error of the pmfs and of the event probabilities: below 1e-12 (1 + e^eps) in all
     return np.maximum(value * (1 - 1e-9) - 1e-12 * (1.0 + math.exp(eps)), 0.0)
 
 
+# The lower bounds use at most this many passes: the adversary may ignore the rest, so the epsilon of fewer
+# passes is a lower bound too (binomial pmfs over more passes cost time and memory in proportion: 4,096 passes took a minute)
+_LOWER_EPOCHS = 256
+
+
 def _lower_delta(z: float, t: int, eps: float, epochs: int, shifts: Tuple[float, float]) -> float:
-    """max over tau of the binomial hockey-stick, both orders, for the pair with these shifts."""
+    """max over tau of the binomial hockey-stick, both orders, for the pair with these shifts (over at most
+    ``_LOWER_EPOCHS`` passes: a lower bound for more)."""
+    epochs = min(epochs, _LOWER_EPOCHS)
     a, c = shifts
     taus = np.linspace(min(a, c) - 8 * z, max(a, c) + z * (8 + math.sqrt(2 * math.log(t + 1))), 801)
     best = 0.0
-    for _ in range(3):  # grid, then two zooms around the best tau
+    for zoom in range(3):  # grid, then two zooms around the best tau
         pq, pp = _event_probs(z, t, a, taus), _event_probs(z, t, c, taus)
-        vals = np.maximum(_hockey_binomial(pq, pp, epochs, eps), _hockey_binomial(pp, pq, epochs, eps))
+        # the first grid's pmfs do not depend on eps: computed once for every eps of the bisection
+        tables = _first_grid_pmfs(z, t, epochs, shifts) if zoom == 0 else (_binomial_pmfs(pq, epochs),
+                                                                           _binomial_pmfs(pp, epochs))
+        vals = np.maximum(_hockey_binomial(pq, pp, epochs, eps, tables),
+                          _hockey_binomial(pp, pq, epochs, eps, tables[::-1]))
         i = int(np.argmax(vals))
         best = max(best, float(vals[i]))
         step = taus[1] - taus[0]
         taus = np.linspace(taus[i] - step, taus[i] + step, 201)
     return best
+
+
+@functools.lru_cache(maxsize=16)
+def _first_grid_pmfs(z: float, t: int, epochs: int, shifts: Tuple[float, float]):
+    """The binomial pmf tables of ``_lower_delta``'s first tau grid, (for shift a, for shift c)."""
+    a, c = shifts
+    taus = np.linspace(min(a, c) - 8 * z, max(a, c) + z * (8 + math.sqrt(2 * math.log(t + 1))), 801)
+    return _binomial_pmfs(_event_probs(z, t, a, taus), epochs), _binomial_pmfs(_event_probs(z, t, c, taus), epochs)
 
 
 def _lower_epsilon(delta_of, delta: float, eps_max: float) -> float:

@@ -345,6 +345,11 @@ def gaussian_epsilon(z: float, delta: float) -> float:
     """
     z = check_positive("z", z)
     delta = check_delta("delta", delta)
+    if z < 1e-50:  # the pair's losses overflow float64; infinity is an upper bound (and the truth is ~1/(2 z^2))
+        return math.inf
+    if z > 1e50:  # z^2 overflows: delta(0) is the total variation 2 Phi(1/(2z)) - 1 <= 1 / (z sqrt(2 pi)) < 0.4 / z;
+        # else the classic sqrt(2 log(1.25 / delta)) / z (Dwork & Roth 2014, Thm A.1; valid where it is < 1)
+        return 0.0 if 0.4 / z <= delta else math.sqrt(2.0 * math.log(1.25 / delta)) / z
     pair = gaussian_pair(z)
     if float(pair.profile(0.0)) <= delta:
         return 0.0
