@@ -41,6 +41,24 @@ from metadp.mechanisms.base import Attained
 __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 
 
+def _guarded_bounds(items, delta, tolerance, max_fft_size, max_memory, max_seconds, steps) -> PldResult:
+    """``_bounds``, or no bound (lower 0, upper infinity, a note) where its arithmetic leaves float64's range.
+
+    The lattice's error terms grow with the composed count and the per-step losses (counts near 10^13 or noise
+    near 1e-30 overflow them). An overflow or an invalid operation there means the certificate cannot be
+    computed, not that a number is wrong, so it is raised (numpy's errstate) and turned into this result,
+    whose infinite upper bound the caller replaces by the RDP bound where there is one."""
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            return _bounds(items, delta, tolerance, max_fft_size, max_memory, max_seconds)
+    except (OverflowError, FloatingPointError, ValueError) as err:
+        if isinstance(err, ValueError) and "cannot convert float" not in str(err):  # int(nan) or int(inf) only
+            raise
+        note = (f"the PLD lattice's arithmetic leaves float64's range at this scale ({steps:,} releases): no PLD "
+                "bound is certified")
+        return PldResult(0.0, math.inf, delta, math.nan, steps, 0, (note,))
+
+
 def _up(x: float) -> str:
     """``x`` rounded up at 6 significant digits (a printed upper bound never understates)."""
     return "inf" if not math.isfinite(x) else f"{_directed(x, math.ceil):.6g}"
@@ -157,7 +175,8 @@ class PldAccountant:
         exact = gaussian_epsilon_bounds(mu, delta) if mu is not None else None
         if exact is not None:
             return PldResult(exact[0], exact[1], delta, math.nan, self._steps(), 0)
-        result = _bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
+        result = _guarded_bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory,
+                                 self.max_seconds, self._steps())
         upper = result.epsilon_upper
         if math.isfinite(upper) and upper - result.epsilon_lower <= self.tolerance * upper:
             return result
@@ -193,7 +212,8 @@ class PldAccountant:
         if delta + slack >= 1.0:
             lower = 0.0
         else:
-            found = _bounds(items, delta + slack, self.tolerance, self.max_fft_size, self.max_memory, self.max_seconds)
+            found = _guarded_bounds(items, delta + slack, self.tolerance, self.max_fft_size, self.max_memory,
+                                    self.max_seconds, self._steps())
             lower = min(found.epsilon_lower, result.epsilon_upper)
         note = (f"the true epsilon may lie anywhere in [{_down(lower)}, {_up(result.epsilon_upper)}]: the lower end is "
                 f"attained by named neighbouring datasets ({datasets[0]}); {pair_note}")

@@ -119,7 +119,9 @@ class SymmetrizedPair(DominatingPair):
         Computed on the edges with 0 and one edge beyond each end added, then summed back piece by piece."""
         self._check_under(under)
         edges = np.asarray(edges, dtype=np.float64)
-        lo, hi = min(float(edges[0]), -1.0) - 1.0, max(float(edges[-1]), 1.0) + 1.0
+        # one edge beyond each end; doubled, not shifted by 1, which vanishes in float64 beyond 2^53 (losses of
+        # tiny noise reach 1e80, and a shifted end equal to the last edge left the summed cells one short)
+        lo, hi = 2.0 * min(float(edges[0]), -1.0) - 1.0, 2.0 * max(float(edges[-1]), 1.0) + 1.0
         grid = np.unique(np.concatenate([[lo, 0.0, hi], edges]))
         neg, pos = grid[grid <= 0.0], grid[grid >= 0.0]
         c_n, _, above_n, e_n, _, err_above_n = self.base.cell_masses(-neg[::-1], self._other(under), with_error=True)

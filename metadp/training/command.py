@@ -259,7 +259,15 @@ def _run_plan(args) -> None:
                   f"{other['relation'].replace('_', '/')} neighbours")
         source = (f"`metadp plan {args.plan}`" if args.epsilon is None else
                   "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
-        print(f"  the same numbers as {source} for the steps run; every release is on each unit's ledger")
+        primary = next((v for v in report.get("views", []) if v.get("unit") == report.get("unit")), None)
+        charged = primary["charges"] if primary is not None and primary.get("charged_per") == "step" else None
+        if charged is not None and charged > report["steps_done"]:
+            print(f"  {charged:,} releases charged for {report['steps_done']:,} steps: the run was resumed after an "
+                  f"interruption, and the steps after its last checkpoint were run again and charged again (every "
+                  f"release is on the ledger, so the budget is safe); the epsilon above counts all {charged:,} "
+                  f"({source} for {charged:,} steps), and training stopped there")
+        else:
+            print(f"  the same numbers as {source} for the steps run; every release is on each unit's ledger")
     print(f"evaluation: {score}; files in {out}/")
 
 

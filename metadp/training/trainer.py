@@ -94,6 +94,19 @@ class TrainingInterrupted(KeyboardInterrupt):
     """
 
 
+def _say_rerun(run: _Run, step: int) -> None:
+    """Tells (a ``ResumeWarning``) a resumed run that releases were made after its checkpoint: those steps run
+    again and are charged again, every earlier release staying on the ledger."""
+    ledger = run.primary_ledger
+    after = [e for e in ledger.entries if e.step >= step] if ledger is not None else []  # 0-based step indices
+    if after:
+        warnings.warn(f"--resume: the checkpoint is at step {step}, but the {run.primary.key} ledger holds "
+                      f"{len(after)} release(s) made after it (steps {after[0].step + 1}-{after[-1].step + 1}) by the "
+                      f"interrupted run; those steps run again and are charged again: every release stays on the "
+                      "ledger, so the budget is safe, and the run's epsilon counts them all", ResumeWarning,
+                      stacklevel=3)
+
+
 def _check_ledgers(out: Path, state, changed, run: _Run, warn) -> None:
     """Refuses ledgers in ``out`` this run cannot continue; says (``warn``) when a lost checkpoint makes
     the resumed run restart from step 0. Reads only."""
@@ -244,6 +257,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
         optimizer.load_state_dict(state["optimizer"])
         run.load(state["run"])
         done, losses = state["step"], list(state["losses"])
+        _say_rerun(run, done)
     central = c.private and alg.central_clip  # per-task clip, then noise on the sum
     quantile = c.clip_policy == "quantile" and central and c.bounded
     z_sum = sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if quantile else c.noise_multiplier
@@ -303,9 +317,12 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     except KeyboardInterrupt:
         ledger = run.primary_ledger
         held = f"; {len(ledger.entries)} releases of the {run.primary.key} view on record" if ledger is not None else ""
+        rerun = (f"; --resume continues from the checkpoint: steps {saved + 1}-{done} are run again and charged again "
+                 "(their first releases stay charged: the budget stays safe, and the run stops earlier)"
+                 if done > saved else "; continue with --resume")
         raise TrainingInterrupted(
             f"interrupted at step {done + 1} ({done} steps done; checkpoint at step {saved}); the ledgers hold "
-            f"every release{held}; continue with --resume") from None
+            f"every release{held}{rerun}") from None
     if saved != done or not (out / "checkpoint.pt").exists():
         _checkpoint(out, params, optimizer, run, done, losses)
     report = run.report(done)
