@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from tqdm import tqdm
+
 from metadp import __version__
 from metadp.cite import cite
 from metadp.integrations._event_report import event_report
@@ -276,11 +278,23 @@ def _cmd_calibrate(args) -> None:
             raise ValueError("--solve rate needs --sampling poisson")
         if args.noise is None or args.steps is None:
             raise ValueError("--noise and --steps are required to solve for the rate")
+    # each evaluation certifies a bound (up to a few seconds each at extreme values): shown from the first one
+    bar = tqdm(desc=f"calibrate: solving for {args.solve}", unit=" bounds", file=sys.stderr, leave=False,
+               mininterval=0.5, disable=None)
+    shown = {"steps": "{:,.0f} steps", "noise": "noise {:.4g}", "rate": "rate {:.4g}"}[args.solve]
+
+    def progress(value, epsilon):
+        bar.set_postfix_str(f"{shown.format(value)}: epsilon <= {epsilon:.4g}", refresh=False)
+        bar.update(1)
+
     try:
-        solved = calibrate_plan(_plan_dict(args, args.noise, args.steps), args.solve, args.target_epsilon)
+        solved = calibrate_plan(_plan_dict(args, args.noise, args.steps), args.solve, args.target_epsilon,
+                                progress=progress)
     except Unreachable:
         raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable: one step already exceeds "
                          "it") from None
+    finally:
+        bar.close()
     value, plan = solved.value, solved.plan
     # The library verified `value` with a bound that refines without a time limit; the report uses the
     # same bound, so the printed epsilon meets the target however slow or loaded the machine is.

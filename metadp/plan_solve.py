@@ -64,9 +64,10 @@ def _best(template: Plan, solve_with, pick):
     return pick(found)
 
 
-def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: float) -> Solved:
+def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: float, progress=None) -> Solved:
     """The smallest noise multiplier, the largest number of steps or the largest Poisson rate (``solve``)
-    for which the plan's epsilon at its delta is at most ``target_epsilon``.
+    for which the plan's epsilon at its delta is at most ``target_epsilon`` (``progress``: called with
+    (value tried, its certified epsilon) after each evaluation of the search).
 
     Raises:
         ValueError: an unknown ``solve`` or a rate asked of a plan that is not Poisson-sampled;
@@ -78,7 +79,7 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
         template = _with(plan_dict, noise=1.0)
         value = _best(template, lambda name: calibration.calibrate_noise(
             lambda z: _with(plan_dict, noise=z).event(), target_epsilon, template.delta, relation=template.relation,
-            accountant=name), min)
+            accountant=name, progress=progress), min)
         return Solved(solve, value, _with(plan_dict, noise=value))
     if solve == "steps":
         template = _with(plan_dict, steps=1)
@@ -86,7 +87,8 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
             raise ValueError(f"solving for the steps needs a plan charged per step for one unit (sampling.scheme = "
                              f"'{template.sampling.scheme}', unit = '{template.unit}'): solve for the noise instead")
         value = _best(template, lambda name: calibration.max_steps(
-            template.step_event(), target_epsilon, template.delta, relation=template.relation, accountant=name), max)
+            template.step_event(), target_epsilon, template.delta, relation=template.relation, accountant=name,
+            progress=progress), max)
         if value == 0:  # a true answer of the library (no step fits), not a usable plan
             raise Unreachable(f"target epsilon {target_epsilon:g} is unreachable: one step already exceeds it")
         return Solved(solve, value, _with(plan_dict, steps=value))
@@ -95,5 +97,5 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
     template = _with(plan_dict, rate=0.5)
     value = _best(template, lambda name: calibration.max_rate(
         lambda q: _with(plan_dict, rate=q).event(), target_epsilon, template.delta, relation=template.relation,
-        accountant=name), max)
+        accountant=name, progress=progress), max)
     return Solved(solve, value, _with(plan_dict, rate=value))

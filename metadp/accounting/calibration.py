@@ -26,6 +26,7 @@ from scipy import optimize
 from metadp.core.validation import check_count, check_delta, check_real
 from metadp.core import events as ev
 from metadp.accounting.registry import ACCOUNTANTS, accountant_class
+from metadp.accounting.rdp_accountant import UnsupportedEventError
 
 __all__ = ["ACCOUNTANTS", "certified_epsilon", "calibrate_noise", "max_steps", "max_rate"]
 
@@ -70,14 +71,23 @@ class _Searched:
     """The search's epsilons by parameter, and the certified (time-independent) epsilon from them where
     the search's is already that number (``_search``), else computed."""
 
-    def __init__(self, make_event, delta: float, relation: str, accountant: str):
+    def __init__(self, make_event, delta: float, relation: str, accountant: str, progress=None):
         self.make_event, self.delta, self.relation, self.accountant = make_event, delta, relation, accountant
         self.found = {}
+        self.progress = progress  # called with (parameter, epsilon) after each evaluation
 
     def search(self, x) -> float:
         if x not in self.found:
             self.found[x] = _search(self.make_event(x), self.delta, self.relation, self.accountant)
+            if self.progress is not None:
+                self.progress(x, self.found[x][0])
         return self.found[x][0]
+
+    def quick(self, x) -> float:
+        """The RDP accountant's certified epsilon (fast at any count and noise): where the search's accountant
+        is another, a bracket to start from; any certified upper bound <= target is a valid answer."""
+        return _search(self.make_event(x), self.delta, self.relation, "rdp")[0] if self.accountant != "rdp" \
+            else self.search(x)
 
     def certified(self, x) -> float:
         if x in self.found and self.found[x][1]:
@@ -91,7 +101,8 @@ def _check_target(target_epsilon: float, delta: float):
 
 
 def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: float, delta: float, *,
-                    relation: str = "add_remove", accountant: str = "rdp", rtol: float = 1e-4) -> float:
+                    relation: str = "add_remove", accountant: str = "rdp", rtol: float = 1e-4,
+                    progress: Optional[Callable[[float, float], None]] = None) -> float:
     """Smallest noise multiplier z (to relative ``rtol``) with epsilon(make_event(z)) <= target.
 
     Args:
@@ -110,9 +121,22 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
     """
     target, delta = _check_target(target_epsilon, delta)
     _accountant(accountant, relation, timed=True)  # validates the name
-    searched = _Searched(make_event, delta, relation, accountant)
-
-    z = _smallest_noise(searched.search, target, rtol)
+    searched = _Searched(make_event, delta, relation, accountant, progress)
+    start = 1.0
+    if accountant != "rdp":  # the RDP answer (fast) meets the target with a bound at least this one's
+        low = _NOISE_RANGE[0]
+        try:
+            floor = searched.quick(low)
+        except UnsupportedEventError:
+            floor = math.inf
+        if floor <= target:  # certified at the smallest noise searched already: refused at once
+            raise ValueError(f"every noise multiplier down to {low:g} (the smallest searched) meets target_epsilon "
+                             f"{target:g} (epsilon <= {floor:.6g} there, RDP): no smallest one in range")
+        try:
+            start = _smallest_noise(searched.quick, target, 1e-2)
+        except (ValueError, UnsupportedEventError):
+            start = 1.0
+    z = _smallest_noise(searched.search, target, rtol, start)
     while searched.certified(z) > target:
         z *= 1.0 + rtol / 4.0  # not reached while the search's bounds are the looser ones; a safeguard
         if z > _NOISE_RANGE[1]:
@@ -121,10 +145,14 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
     return z
 
 
-def _smallest_noise(eps, target: float, rtol: float) -> float:
-    """Smallest z (to relative rtol) with eps(z) <= target, for eps non-increasing in z."""
+def _smallest_noise(eps, target: float, rtol: float, start: float = 1.0) -> float:
+    """Smallest z (to relative rtol) with eps(z) <= target, for eps non-increasing in z (the bracket searched
+    from ``start``)."""
     low, high = _NOISE_RANGE
-    hi = 1.0
+    if eps(high) > target:
+        raise ValueError(f"target_epsilon {target:g} is unreachable: even noise multiplier {high:g} "
+                         f"exceeds it (epsilon {eps(high):.6g})")
+    hi = min(max(start, low), high)
     while eps(hi) > target:
         hi *= 2.0
         if hi > high:
@@ -151,7 +179,8 @@ def _smallest_noise(eps, target: float, rtol: float) -> float:
 
 
 def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, relation: str = "add_remove",
-              accountant: str = "rdp", limit: Optional[int] = None) -> int:
+              accountant: str = "rdp", limit: Optional[int] = None,
+              progress: Optional[Callable[[float, float], None]] = None) -> int:
     """Largest number of steps T with epsilon(T x step_event) <= target (0 if even one step exceeds it).
 
     Args:
@@ -167,7 +196,7 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     cap = ev.MAX_COUNT if limit is None else check_count("limit", limit, minimum=1, maximum=ev.MAX_COUNT)
     _accountant(accountant, relation, timed=True)  # validates the name
 
-    searched = _Searched(lambda t: ev.SelfComposed(step_event, t), delta, relation, accountant)
+    searched = _Searched(lambda t: ev.SelfComposed(step_event, t), delta, relation, accountant, progress)
 
     def ok(t: int) -> bool:
         return searched.search(t) <= target
@@ -175,9 +204,25 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     def verified(t: int) -> bool:
         return searched.certified(t) <= target
 
+    if limit is None and _quick_ok(searched, cap, target):  # certified (RDP) at the cap already: no largest
+        at_cap = searched.quick(cap)
+        if at_cap == 0.0:
+            raise ValueError(f"any number of steps meets target_epsilon {target:g}: epsilon is 0 even after "
+                             f"{cap:,} steps, so the plan releases nothing about a unit (e.g. rate 0)")
+        raise ValueError(f"target_epsilon {target:g} is not reached within {cap:,} steps (the most searched; "
+                         f"epsilon <= {at_cap:.6g} there, RDP): no largest number of steps in range")
     if not ok(1):
         return 0
     lo, hi = 1, 2
+    if accountant != "rdp":  # start from the RDP answer (fast at any count), which the search's bound meets too
+        quick = _largest_quick(searched, target, cap)
+        if quick > 1 and ok(quick):
+            lo, hi = quick, min(2 * quick, cap + 1)
+            if searched.search(quick) >= searched.quick(quick):
+                # the search's accountant gives no tighter bound than RDP here (the PLD accountant falls back to
+                # it at such counts): searching further would cost minutes for the RDP answer itself
+                return quick if verified(quick) else max_steps(step_event, target, delta, relation=relation,
+                                                               accountant="rdp", limit=limit)
     while hi <= cap and ok(hi):
         lo, hi = hi, hi * 2
     if hi > cap:
@@ -193,7 +238,9 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
             lo = hi = cap
         else:
             hi = cap
-    while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
+    # invariant: ok(lo), not ok(hi); past 10^6 steps to 1e-6 relative (every answer is certified; it may be
+    # below the very largest count by that much, which no plan notices and which saves ~20 PLD evaluations)
+    while hi - lo > max(1, lo // 10**6):
         mid = (lo + hi) // 2
         if ok(mid):
             lo = mid
@@ -204,8 +251,33 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     return lo
 
 
+def _quick_ok(searched: _Searched, steps: int, target: float) -> bool:
+    try:
+        return searched.quick(steps) <= target
+    except UnsupportedEventError:
+        return False
+
+
+def _largest_quick(searched: _Searched, target: float, cap: int) -> int:
+    """The largest count (to 1e-3 relative) whose RDP epsilon meets the target, 0 if none or no RDP bound."""
+    try:
+        if searched.quick(1) > target:
+            return 0
+        lo, hi = 1, 2
+        while hi <= cap and searched.quick(hi) <= target:
+            lo, hi = hi, hi * 2
+        hi = min(hi, cap)
+        while hi - lo > max(1, lo // 1000):
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if searched.quick(mid) <= target else (lo, mid)
+        return lo
+    except UnsupportedEventError:
+        return 0
+
+
 def max_rate(make_event: Callable[[float], ev.Event], target_epsilon: float, delta: float, *,
-             relation: str = "add_remove", accountant: str = "rdp", rtol: float = 1e-4) -> float:
+             relation: str = "add_remove", accountant: str = "rdp", rtol: float = 1e-4,
+             progress: Optional[Callable[[float, float], None]] = None) -> float:
     """Largest sampling rate q in [0, 1] (to relative ``rtol``) with epsilon(make_event(q)) <= target.
 
     Returns 1.0 when every unit in every step (rate 1) meets the target.
@@ -216,7 +288,7 @@ def max_rate(make_event: Callable[[float], ev.Event], target_epsilon: float, del
     target, delta = _check_target(target_epsilon, delta)
     _accountant(accountant, relation, timed=True)  # validates the name
 
-    searched = _Searched(make_event, delta, relation, accountant)
+    searched = _Searched(make_event, delta, relation, accountant, progress)
 
     def ok(q: float) -> bool:
         return searched.search(q) <= target

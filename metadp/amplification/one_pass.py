@@ -40,6 +40,7 @@ clipped sum (clip norm C per unit) plus N(0, (z C)^2 I); the relation is add/rem
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Optional, Tuple
 
@@ -47,7 +48,6 @@ import numpy as np
 from scipy import optimize, special
 
 from metadp.core.validation import check_count, check_delta, check_positive, check_real
-from metadp.mechanisms.gaussian import gaussian_pair
 
 __all__ = [
     "MC_BOUNDS",
@@ -350,17 +350,27 @@ def gaussian_epsilon(z: float, delta: float) -> float:
     if z > 1e50:  # z^2 overflows: delta(0) is the total variation 2 Phi(1/(2z)) - 1 <= 1 / (z sqrt(2 pi)) < 0.4 / z;
         # else the classic sqrt(2 log(1.25 / delta)) / z (Dwork & Roth 2014, Thm A.1; valid where it is < 1)
         return 0.0 if 0.4 / z <= delta else math.sqrt(2.0 * math.log(1.25 / delta)) / z
-    pair = gaussian_pair(z)
-    if float(pair.profile(0.0)) <= delta:
+    profile = functools.partial(_gaussian_profile, z)
+    if profile(0.0) <= delta:
         return 0.0
     hi = 1.0
-    while float(pair.profile(hi)) > delta:
+    while profile(hi) > delta:
         hi *= 2.0
     lo = 0.0 if hi == 1.0 else hi / 2.0
     while hi - lo > 1e-12 * hi:
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if float(pair.profile(mid)) > delta else (lo, mid)
+        lo, hi = (mid, hi) if profile(mid) > delta else (lo, mid)
     return hi
+
+
+def _gaussian_profile(z: float, eps: float) -> float:
+    """delta(eps) = Phi(a) - e^eps Phi(b), a = 1/(2z) - eps z, b = -1/(2z) - eps z, in log space:
+    Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a))). e^eps itself overflows past eps = 709, where the
+    direct form gave inf x 0 = nan, which the bisection read as 'delta is small' (it returned 709.78 for every
+    z below 0.031 at delta 1e-6: not an upper bound; the truth there is above 1/(2 z^2))."""
+    a, b = 0.5 / z - eps * z, -0.5 / z - eps * z
+    log_a, log_b = float(special.log_ndtr(a)), float(special.log_ndtr(b))
+    return max(0.0, math.exp(log_a) * -math.expm1(min(eps + log_b - log_a, 0.0)))
 
 
 SHUFFLE_WARNING = (
