@@ -133,7 +133,8 @@ def _layout(z: float, t: int):
     log_m = _ab._rdp_order_a(z, t, orders) * (orders - 1.0)  # log E_P R^a, rounded up
 
     def log_charge(c, delta):  # log of a bound on E[R' 1{R' >= c}]: the smaller of two (module docstring)
-        moments = float(np.min(orders * np.log(np.exp(log_m / orders) + delta) - (orders - 1.0) * math.log(c)))
+        # log(exp(log_m / a) + Delta) in log space: at small z the moments pass e^709
+        moments = float(np.min(orders * np.logaddexp(log_m / orders, math.log(delta)) - (orders - 1.0) * math.log(c)))
         if c <= delta + 1.0:
             return moments
         x = z * z * math.log(c - delta) + 0.5  # V >= c - Delta  <=>  x >= x

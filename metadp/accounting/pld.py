@@ -33,6 +33,7 @@ from metadp.accounting import _pld_lattice as _lat
 from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
 from metadp.accounting._pld_gaussian import gaussian_delta_bounds, gaussian_epsilon_bounds, gaussian_mu
 from metadp.accounting._pld_pairs import event_pairs
+from metadp.accounting._revealed_count import revealed_count_epsilon
 from metadp.accounting._pld_bounds import _DELTA_SHARE, PldResult, _bounds, _delta_bounds, _trajectory_direction
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_delta, check_real
@@ -74,6 +75,28 @@ def _directed(x: float, rounding) -> float:
         return max(x, 0.0)
     scale = 10.0 ** (5 - math.floor(math.log10(x)))  # 6 significant digits
     return rounding(x * scale) / scale
+
+
+def _poisson_gaussian_steps(ledger):
+    """(rate, noise multiplier, steps) where every composed release is PoissonSampled(rate, Gaussian(z)) of one
+    rate and multiplier (through SelfComposed and Composed); else None."""
+    found, stack = set(), [(entry.event, entry.count) for entry in ledger]
+    steps = 0
+    while stack:
+        event, count = stack.pop()
+        if isinstance(event, ev.SelfComposed):
+            stack.append((event.inner, count * event.count))
+        elif isinstance(event, ev.Composed):
+            stack.extend((e, count) for e in event.events)
+        elif isinstance(event, ev.PoissonSampled) and isinstance(event.inner, ev.Gaussian):
+            found.add((event.rate, event.inner.noise_multiplier))
+            steps += count
+        elif not isinstance(event, ev.NoOp):
+            return None
+    if len(found) != 1:
+        return None
+    rate, z = found.pop()
+    return (rate, z, steps) if math.isfinite(z) else None
 
 
 def _attained(pairs: tuple):
@@ -180,6 +203,7 @@ class PldAccountant:
         upper = result.epsilon_upper
         if math.isfinite(upper) and upper - result.epsilon_lower <= self.tolerance * upper:
             return result
+        result = self._revealed_count(result, delta)
         scale = self._rdp_epsilon(delta)
         if scale == 0.0:
             return PldResult(0.0, 0.0, delta, math.nan, self._steps(), 0, ("RDP certifies epsilon 0",))
@@ -192,6 +216,22 @@ class PldAccountant:
                     "(the notes above say what the PLD bound is charged): the RDP bound is reported")
             return dataclasses.replace(result, epsilon_upper=scale, notes=result.notes + (note,))
         return result
+
+    def _revealed_count(self, result: PldResult, delta: float) -> PldResult:
+        """``result`` with the revealed-count bound as its upper end where that is smaller (a ledger of
+        Poisson-subsampled Gaussian steps of one rate and noise, add/remove: ``_revealed_count``). Asked only
+        when the lattice's interval is wider than the tolerance: at tiny noise the lattice's window cannot
+        hold the losses to its proven precision, and this bound is then near the truth."""
+        found = _poisson_gaussian_steps(self._ledger) if self.relation == "add_remove" else None
+        if found is None:
+            return result
+        bound = revealed_count_epsilon(*found, delta)
+        if bound is None or bound >= result.epsilon_upper:
+            return result
+        note = (f"the PLD lattice's bound {result.epsilon_upper:.6g} is above the revealed-count bound {bound:.6g} "
+                "(which steps sampled the unit revealed; a sum over the binomial count of Gaussian profiles, "
+                "metadp.accounting._revealed_count): the latter is reported")
+        return dataclasses.replace(result, epsilon_upper=bound, notes=result.notes + (note,))
 
     def _attained_lower(self, result: PldResult, delta: float) -> PldResult:
         """``result`` with its lower end replaced by the composition of the pairs named datasets attain at

@@ -210,7 +210,9 @@ def allocation_rdp(z: float, t: int, epochs: int = 1, orders=ALLOCATION_ORDERS) 
     if not _AMPLIFIED_Z[0] <= z <= _AMPLIFIED_Z[1]:
         gaussian = epochs * _gaussian_rdp(z, orders)
         return gaussian, gaussian
-    return epochs * _rdp_order_a(z, t, orders), epochs * _rdp_order_b(z, t, orders)
+    gaussian = epochs * _gaussian_rdp(z, orders)  # never above the pass's single Gaussian (also a bound)
+    return (np.minimum(epochs * _rdp_order_a(z, t, orders), gaussian),
+            np.minimum(epochs * _rdp_order_b(z, t, orders), gaussian))
 
 
 @functools.lru_cache(maxsize=64)
