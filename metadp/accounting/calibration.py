@@ -238,9 +238,7 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
             lo = hi = cap
         else:
             hi = cap
-    # invariant: ok(lo), not ok(hi); past 10^6 steps to 1e-6 relative (every answer is certified; it may be
-    # below the very largest count by that much, which no plan notices and which saves ~20 PLD evaluations)
-    while hi - lo > max(1, lo // 10**6):
+    while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
         mid = (lo + hi) // 2
         if ok(mid):
             lo = mid

@@ -32,7 +32,7 @@ def run_report(name: str, primary: Optional[Guarantee], others: Sequence[Guarant
         d = {f.name: None for f in dataclasses.fields(Report)}
         d.update(name=name, sampling=scheme.to_dict(), noise=noise, steps=steps, assumptions=[], citations=[],
                  warnings=["non-private: no privacy guarantee"], alternatives=[], other_units=[], bound="none",
-                 epsilon_display=None, metadp_version=__version__)
+                 epsilon_display=None, epsilon_interval_width=None, metadp_version=__version__)
         return d
     unit = "unit" if primary.unit == "group" else primary.unit
     assumptions = (f"{primary.basis}" if primary.basis else primary.how,) + tuple(scheme.assumptions(unit)) + (

@@ -154,7 +154,7 @@ def test_support_audit_refusals():
                               "sampling": {"scheme": "poisson", "rate": 0.1},
                               "noise": {"mechanism": "gaussian", "multiplier": 1.0}})
     for audit in (run_support_audit, run_canary_audit):
-        with pytest.raises(ValueError, match="--canaries"):
+        with pytest.raises(ValueError, match="needs the plan's sampling.population"):
             audit(by_rate, canaries=10)
 
 
