@@ -259,16 +259,21 @@ def _run_plan(args) -> None:
                   f"{other['relation'].replace('_', '/')} neighbours")
         source = (f"`metadp plan {args.plan}`" if args.epsilon is None else
                   "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
-        primary = next((v for v in report.get("views", []) if v.get("unit") == report.get("unit")), None)
-        charged = primary["charges"] if primary is not None and primary.get("charged_per") == "step" else None
-        if charged is not None and charged > report["steps_done"]:
-            print(f"  {charged:,} releases charged for {report['steps_done']:,} steps: the run was resumed after an "
-                  f"interruption, and the steps after its last checkpoint were run again and charged again (every "
-                  f"release is on the ledger, so the budget is safe); the epsilon above counts all {charged:,} "
-                  f"({source} for {charged:,} steps), and training stopped there")
-        else:
-            print(f"  the same numbers as {source} for the steps run; every release is on each unit's ledger")
+        print(_plan_promise(report, source))
     print(f"evaluation: {score}; files in {out}/")
+
+
+def _plan_promise(report, source: str) -> str:
+    """What a plan run's numbers are: ``source``'s (``metadp plan FILE``) for the steps run, or, where a resumed
+    run re-released the steps after its last checkpoint, how many releases were charged for how many steps."""
+    primary = next((v for v in report.get("views", []) if v.get("unit") == report.get("unit")), None)
+    charged = primary["charges"] if primary is not None and primary.get("charged_per") == "step" else None
+    if charged is not None and charged > report["steps_done"]:
+        return (f"  {charged:,} releases charged for {report['steps_done']:,} steps: the run was resumed after an "
+                f"interruption, and the steps after its last checkpoint were run again and charged again (every "
+                f"release is on the ledger, so the budget is safe); the epsilon above counts all {charged:,} "
+                f"({source} for {charged:,} steps), and training stopped there")
+    return f"  the same numbers as {source} for the steps run; every release is on each unit's ledger"
 
 
 def _folder(path):
