@@ -211,6 +211,10 @@ _CALIBRATE = {"noise": ("--rate", "0.004", "--steps", "250"),
 def _targets():
     for target in ("1e6", "1e-12", "1e300", "nan", "inf", "-1"):
         for solve in sorted(_CALIBRATE):
+            if target == "1e-12" and solve in ("noise", "rate"):
+                # still minutes (352 s and 136 s on 2 loaded cores): the PLD evaluations at noise ~1e10 are
+                # slow since issue 18's proven round-off (issue 28 class 7b, open); not in CI's time budget
+                continue
             # a certified answer at 1e6 or 1e-12 takes tens of seconds to minutes of PLD evaluations (a progress
             # bar shows them on a terminal): with the slow sweeps; the refusals are immediate
             slow = target in ("1e6", "1e-12") or (target == "1e300" and solve == "rate")
