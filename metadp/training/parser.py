@@ -89,6 +89,10 @@ def add_train_parser(sub, number, formatter) -> None:
                         "needs --resume. A run holds an flock on OUT/run.lock while it writes, so a second run "
                         "into OUT is refused; the OS releases the lock when the process exits (a run.lock left "
                         "behind is never stale)")
+    t.add_argument("--force-long", action="store_true",
+                   help="run a plan whose steps x tasks a step would take over 24 hours even at the trainer's "
+                        "fastest (20 microseconds a task-step); without it such a run is refused before any data "
+                        "is loaded")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out (start one if it holds none): every release on its ledgers "
                         "stays charged. Its settings are kept in OUT/run.json and must not change; its noise is "

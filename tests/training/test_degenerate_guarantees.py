@@ -98,3 +98,25 @@ def test_huge_but_finite_epsilon_trains_and_reports_the_number(tmp_path):
     report = json.loads((out / "privacy_report.json").read_text())
     assert isinstance(report["epsilon"], float) and 1e199 < report["epsilon"] < 1e202
     assert "epsilon <= 1.001e+200 (upper bound, RDP)" in result.stdout  # 2 steps of alpha / (2 z^2)
+
+
+@pytest.mark.parametrize("steps, size", [("1000000000000", "batch_size = 5"), ("1000000", "batch_size = 100000")])
+def test_a_run_that_cannot_end_is_refused_before_data_is_loaded(tmp_path, steps, size):
+    out = tmp_path / "run"
+    plan = _plan(tmp_path, "1.0", population=10**6, size=size)
+    plan.write_text(plan.read_text().replace("steps = 5", f"steps = {steps}"))
+    result = metadp("train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", out)
+    _refused(result, "--force-long", "24-hour limit")
+    assert not out.exists()
+
+
+def test_force_long_lets_the_estimate_pass():
+    from metadp.plan import Plan
+    from metadp.training.command import check_run_length
+
+    plan = Plan.from_dict({"name": "long", "unit": "task", "delta": 1e-5, "steps": 10**12,
+                           "sampling": {"scheme": "poisson", "population": 100, "batch_size": 5},
+                           "noise": {"mechanism": "gaussian", "multiplier": 1.0}})
+    with pytest.raises(ValueError, match="years"):
+        check_run_length(plan, force_long=False)
+    check_run_length(plan, force_long=True)  # said, and allowed
