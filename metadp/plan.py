@@ -72,6 +72,8 @@ class SamplingSpec:
     @staticmethod
     def from_dict(d: Mapping) -> Sampling:
         _check_keys(d, _SAMPLING_KEYS, "sampling.")
+        if not isinstance(d.get("scheme"), (str, type(None))):
+            raise ValueError(f"sampling.scheme must be one of {tuple(SCHEMES)}, got {d.get('scheme')!r}")
         if d.get("scheme") in NOT_IN_PLANS:
             raise ValueError(NOT_IN_PLANS[d["scheme"]])
         return SCHEMES[_choice("sampling.scheme", d.get("scheme"), tuple(SCHEMES))].from_table(d)
@@ -164,8 +166,13 @@ class Plan:
                              f"'{sampling.scheme}'{sampling.relation_note}")
         steps = _steps(d, sampling)
         accountant = _choice("accountant", d.get("accountant", "all"), tuple(ACCOUNTANTS) + ("all",))
-        references = tuple(d.get("references", ()))
+        references = d.get("references", ())
+        if isinstance(references, str) or not isinstance(references, (list, tuple)):
+            raise ValueError(f"references must be a list of citation keys, got {type(references).__name__}")
+        references = tuple(references)
         for key in references:
+            if not isinstance(key, str):
+                raise ValueError(f"references must hold citation keys (strings), got {key!r}")
             if key not in CITATIONS:
                 raise ValueError(f"references contains unknown citation key {key!r}")
         claim = d.get("claim")

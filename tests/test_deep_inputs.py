@@ -96,3 +96,30 @@ def test_crosscheck_of_a_markdown_file_says_it_is_neither(tmp_path):
 def test_crosscheck_of_json_without_the_json_suffix_says_how_to_read_it(tmp_path):
     path = _write_json(tmp_path / "event.txt", _nested("self", 1))
     _one_line_refusal(metadp("verify", "--crosscheck", path), "holds JSON", "*.json")
+
+
+@pytest.mark.parametrize("line, word", [('references = [["dpmaml"]]', "references"),
+                                         ('references = "dpmaml"', "references")])
+def test_plan_references_of_the_wrong_type_are_refused(tmp_path, line, word):
+    path = tmp_path / "plan.toml"
+    path.write_text(f'name = "x"\nunit = "task"\ndelta = 1e-5\nsteps = 5\n{line}\n[sampling]\nscheme = "poisson"\n'
+                    'rate = 0.1\n[noise]\nmechanism = "gaussian"\nmultiplier = 1.0\n')
+    _one_line_refusal(metadp("plan", path), word)
+
+
+def test_a_sampling_scheme_that_is_a_table_is_refused(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text('name = "x"\nunit = "task"\ndelta = 1e-5\nsteps = 5\n[sampling]\nscheme = {a = 1}\nrate = 0.1\n'
+                    '[noise]\nmechanism = "gaussian"\nmultiplier = 1.0\n')
+    _one_line_refusal(metadp("plan", path), "sampling.scheme")
+
+
+def test_vanishing_count_noise_is_a_bound_not_an_overflow(tmp_path):
+    from metadp.accounting.adaptive_clipping import combined_noise_multiplier
+    assert combined_noise_multiplier(1.0, 1e-300) == pytest.approx(2e-300)  # the count's noise decides
+    assert combined_noise_multiplier(1.0, 2.0) == pytest.approx((1 + 1 / 16) ** -0.5, rel=1e-15)
+    path = tmp_path / "plan.toml"
+    path.write_text('name = "x"\nunit = "task"\ndelta = 1e-5\nsteps = 5\n[sampling]\nscheme = "poisson"\nrate = 0.1\n'
+                    '[noise]\nmechanism = "gaussian"\nmultiplier = 1.0\ncount_noise = 1e-300\n')
+    result = metadp("plan", path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr and "epsilon   <= inf" in result.stdout

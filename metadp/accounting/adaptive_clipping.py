@@ -30,7 +30,9 @@ def combined_noise_multiplier(sum_multiplier: float, count_noise: float) -> floa
     unclipped updates (noise std ``count_noise`` on a count with sensitivity 1/2) on one sample."""
     z_sum = check_positive("sum_multiplier", sum_multiplier)
     sigma_b = check_positive("count_noise", count_noise)
-    return (z_sum**-2 + (2.0 * sigma_b) ** -2) ** -0.5
+    # (a^-2 + b^-2)^-1/2 = m (1 + (m/M)^2)^-1/2 with m the smaller and M the larger: no power overflows
+    small, large = sorted((z_sum, 2.0 * sigma_b))
+    return small / math.sqrt(1.0 + (small / large) ** 2)
 
 
 def sum_noise_multiplier(noise_multiplier: float, count_noise: float) -> float:

@@ -52,12 +52,20 @@ NAME = "metadp"
 _CACHE_SIZE = 256  # distinct (history, delta) queries kept: a bisection asks ~20, training re-asks the same
 
 
+def _as_float(x) -> float:
+    """float(x), or infinity for an integer too large for a float (10**400)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
 def _check_entry(where: str, noise_multiplier, sample_rate, num_steps) -> tuple:
     """One history entry, checked: (float noise > 0, float rate in [0, 1], int steps >= 0)."""
     for name, value in (("noise_multiplier", noise_multiplier), ("sample_rate", sample_rate)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(_as_float(value)):
             raise ValueError(f"{where}: {name} must be a real number, got {value!r}")
-    if not 0 < noise_multiplier < math.inf:
+    if not 0 < noise_multiplier < math.inf or not math.isfinite(_as_float(noise_multiplier)):
         raise ValueError(f"{where}: noise_multiplier must be finite and > 0 (metadp certifies noisy training; 0 releases "
                          f"the clipped gradients as they are, epsilon infinite), got {noise_multiplier!r}")
     if not 0.0 <= sample_rate <= 1.0:

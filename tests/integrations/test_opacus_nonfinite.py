@@ -101,3 +101,10 @@ def test_opacus_search_through_metadp_never_sees_the_accountant_for_nan():
     from opacus.accountants.utils import get_noise_multiplier
     assert get_noise_multiplier(target_epsilon=math.nan, target_delta=1e-5, sample_rate=0.1, epochs=1,
                                 accountant="metadp") == 10
+
+
+@pytest.mark.parametrize("field", ["noise_multiplier", "sample_rate"])
+def test_an_integer_too_large_for_a_float_is_refused(field):
+    values = {"noise_multiplier": 1.0, "sample_rate": 0.01, field: 10**400}
+    with pytest.raises(ValueError, match=field):
+        mo.MetadpAccountant().step(**values)
