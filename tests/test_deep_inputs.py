@@ -123,3 +123,9 @@ def test_vanishing_count_noise_is_a_bound_not_an_overflow(tmp_path):
                     '[noise]\nmechanism = "gaussian"\nmultiplier = 1.0\ncount_noise = 1e-300\n')
     result = metadp("plan", path)
     assert result.returncode == 0 and "Traceback" not in result.stderr and "epsilon   <= inf" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [["gaussian", "--noise", "1e300"], ["gaussian", "--noise", "1", "--claim-noise", "1e-300"],
+                                  ["laplace", "--scale", "1e-300"]])
+def test_audits_refuse_noise_their_pairs_cannot_hold(argv):
+    _one_line_refusal(metadp("verify", *argv, "--samples", "20000"), argv[-2], "float64")

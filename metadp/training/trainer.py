@@ -94,6 +94,20 @@ class TrainingInterrupted(KeyboardInterrupt):
     """
 
 
+def _load_checkpoint(path: Path) -> dict:
+    """The checkpoint's state, or a ValueError that names the file (a torn or foreign file raised pickle's or
+    torch's own error after the run had started)."""
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as err:  # pickle, zip and torch errors alike: the file is not a checkpoint this run wrote
+        raise ValueError(f"--resume: {path} cannot be read as a checkpoint ({type(err).__name__}); move it away to "
+                         "restart from step 0 with every release on the ledgers still charged, or choose another "
+                         "--out") from None
+    if not isinstance(state, dict) or not {"params", "optimizer", "run", "step", "losses"} <= set(state):
+        raise ValueError(f"--resume: {path} is not a checkpoint of metadp train; move it away or choose another --out")
+    return state
+
+
 def _say_rerun(run: _Run, step: int) -> None:
     """Tells (a ``ResumeWarning``) a resumed run that releases were made after its checkpoint: those steps run
     again and are charged again, every earlier release staying on the ledger."""
@@ -250,7 +264,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
     done, losses = 0, []
     if resume and (out / "checkpoint.pt").exists():
-        state = torch.load(out / "checkpoint.pt", weights_only=False)
+        state = _load_checkpoint(out / "checkpoint.pt")
         with torch.no_grad():
             for k, v in state["params"].items():
                 params[k].copy_(v)

@@ -69,6 +69,10 @@ _MECHANISM_FLAGS = {"--noise": ("gaussian", "poisson"), "--claim-noise": ("gauss
                     "--partial-cell": ("dp-pix",), "--rate": ("poisson",), "--steps": ("poisson",)}
 _DEFAULTS = {"samples": 1_000_000, "power": 0.9}
 _POSITIVE = ("--noise", "--claim-noise", "--scale", "--claim-scale", "--epsilon", "--claim-epsilon")
+# the noise an audit's pairs can hold (the PLD accountant's range, metadp.accounting._pld_pairs): beyond it the
+# losses overflow float64 (1e300 raised OverflowError, 1e-300 printed divide-by-zero warnings)
+_NOISE_FLAGS = ("--noise", "--claim-noise", "--scale", "--claim-scale")
+_NOISE_RANGE = (1e-50, 1e50)
 
 
 def add_verify_parser(sub, number, formatter) -> None:
@@ -211,6 +215,9 @@ def _check_input(args) -> None:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
+        if value is not None and flag in _NOISE_FLAGS and not _NOISE_RANGE[0] <= value <= _NOISE_RANGE[1]:
+            raise ValueError(f"{flag} must be in [{_NOISE_RANGE[0]:g}, {_NOISE_RANGE[1]:g}] for an audit (its "
+                             f"privacy losses must fit float64), got {value:g}")
     checks = (("--rate", args.rate, lambda x: 0 < x <= 1, "in (0, 1]"),
               ("--steps", args.steps, lambda x: x >= 1, ">= 1"),
               ("--cell", args.cell, lambda x: x >= 1, ">= 1"),

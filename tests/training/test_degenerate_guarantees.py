@@ -120,3 +120,13 @@ def test_force_long_lets_the_estimate_pass():
     with pytest.raises(ValueError, match="years"):
         check_run_length(plan, force_long=False)
     check_run_length(plan, force_long=True)  # said, and allowed
+
+
+def test_a_corrupt_checkpoint_is_refused_naming_the_file(tmp_path):
+    out = tmp_path / "run"
+    flags = ["--data", "sinusoid", "--noise", "1", "--meta-batch", "4", "--pool", "40", "--eval-tasks", "5",
+             "--out", out]
+    assert metadp("train", "dp-maml", "--steps", "2", *flags).returncode == 0
+    (out / "checkpoint.pt").write_bytes(b"not a checkpoint\n")
+    result = metadp("train", "dp-maml", "--steps", "4", *flags, "--resume", "--resume-changed")
+    _refused(result, "checkpoint.pt cannot be read as a checkpoint", "move it away")
