@@ -166,8 +166,9 @@ class PldAccountant:
         return tuple(self._ledger)
 
     def get_epsilon(self, delta: float) -> float:
-        """Certified epsilon at ``delta`` (the upper bound)."""
-        return self.get_epsilon_bounds(delta).epsilon_upper
+        """Certified epsilon at ``delta`` (the upper bound; the mechanism's lower end, which may take a second
+        composition, is not computed)."""
+        return self._pair_bounds(check_delta("delta", delta)).epsilon_upper
 
     def get_epsilon_and_order(self, delta: float):
         """(epsilon, nan): the accountant interface shared with ``RdpAccountant`` (no Renyi order)."""
