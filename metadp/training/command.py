@@ -46,6 +46,7 @@ from metadp.plan import check_plan_certifies
 from metadp.training.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
 from metadp.training.plan_run import fresh_episodes, plan_settings
 from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
+from metadp.training.run_size import check_run_size, estimate_run, plan_run_size, say_estimate
 from metadp.training.trainer import TrainConfig, stream_seed, calibrate, train
 
 __all__ = ["run_train"]
@@ -63,6 +64,9 @@ def _run_protonet(args) -> None:
     if state.holds_run:
         raise ValueError(f"--out {args.out} holds a run ({', '.join(state.run_files)}); protonet runs cannot be "
                          "resumed: choose another --out")
+    size = estimate_run(args.data, config.steps, 1.0, 0, device=args.device)  # one episode a step, drawn afresh
+    check_run_size(size, force_long=args.force_long, steps_name="--steps", pool_name="--pool", batch_name=None)
+    long = say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
     train_images, held_images, split = data_setups.resolve(datasets.get(args.data).split)(args)
     _check_protonet_shapes(args, config, train_images, held_images)
     bars = []  # made on the first step
@@ -76,6 +80,8 @@ def _run_protonet(args) -> None:
         bar.refresh()
 
     run_folder.create(args.out)
+    if long:  # a long run shows its bar from step 0
+        bars.append(tqdm(total=config.steps, file=sys.stderr, desc=args.algorithm, leave=False))
     try:
         with run_folder.locked(args.out):
             if run_folder.inspect(args.out).holds_run:  # another run wrote here meanwhile
@@ -194,6 +200,10 @@ def _run_plan(args) -> None:
     if alg.private:
         check_plan_certifies(plan)
     check_run_length(plan, getattr(args, "force_long", False))
+    size = plan_run_size(plan, args.data, args.inner_steps, args.device)
+    check_run_size(size, force_long=args.force_long, steps_name="the plan's steps", pool_name="sampling.population",
+                   batch_name="its tasks a step (sampling.batch_size, rate or episodes)")
+    long = say_estimate(size, f"metadp train {args.algorithm} --plan {args.plan}", sys.stderr)
     args.fresh_episodes = fresh_episodes(plan)
     args.n_way = plan.hierarchy.levels[0].size if args.fresh_episodes else None
     if not args.fresh_episodes:
@@ -226,6 +236,8 @@ def _run_plan(args) -> None:
         bars[0].set_postfix({"loss": f"{loss:.3f}"}, refresh=False)
         bars[0].refresh()
 
+    if long:  # a long run shows its bar from step 0
+        bars.append(tqdm(total=plan.steps, file=sys.stderr, desc=args.algorithm, leave=False))
     try:
         if flower:  # flwr is imported only here (metadp.training.federated checked that it is installed)
             engine = importlib.import_module("metadp.integrations.flower")
@@ -314,6 +326,11 @@ def run_train(args) -> None:
         return _run_protonet(args)
 
     private = alg.private
+    sampler = args.sampler or alg.default_sampler
+    size = estimate_run(args.data, args.steps, min(args.meta_batch, args.pool), args.pool, inner_steps=args.inner_steps,
+                        poisson=sampler == "poisson", device=args.device)
+    check_run_size(size, force_long=args.force_long, steps_name="--steps", pool_name="--pool", batch_name="--meta-batch")
+    long = say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
     model, pool, loss_fn, inner_lr = _setup(args)
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
     outer_lr = args.outer_lr if args.outer_lr is not None else alg.default_outer_lr
@@ -361,6 +378,8 @@ def run_train(args) -> None:
 
     setup = {"--data": args.data, "--pool": args.pool, "--rotations": args.rotations,
              "--norm": args.norm if datasets.get(args.data).images else None}
+    if long:  # a long run shows its bar from step 0
+        bars.append(tqdm(total=args.steps, file=sys.stderr, desc=args.algorithm, leave=False))
     try:
         result = train(model, pool, loss_fn, config, args.out, device=args.device, progress=progress,
                        resume=args.resume, resume_changed=args.resume_changed, setup=setup, warn=warn)

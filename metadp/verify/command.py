@@ -34,6 +34,7 @@ from metadp.verify.claims import accountant_profile, tightest_accountant
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
 from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
+from metadp.training.run_size import LIMIT_HOURS
 from metadp.verify.run_command import add_run_arguments, check_run_input, run_audit_command
 from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
@@ -60,7 +61,8 @@ _EXAMPLES = ("examples (each well under a minute on 2 cores):\n"
              "  (no violation found with fewer draws than the planner needs, or --crosscheck: nothing was\n"
              "  compared). An audit estimated to take over an hour is refused unless --force-long; one\n"
              "  whose exploration sample (n/10 draws per side, at most 2^24) needs over half the memory,\n"
-             "  always.")
+             "  always; metadp verify run: one whose training is estimated (from the plan alone) to take\n"
+             f"  over {LIMIT_HOURS:g} hours is refused unless --force-long.")
 
 # flags that describe one mechanism, and the mechanisms they apply to
 _MECHANISM_FLAGS = {"--noise": ("gaussian", "poisson"), "--claim-noise": ("gaussian", "poisson"),
@@ -120,7 +122,8 @@ def add_verify_parser(sub, number, formatter) -> None:
                                                   "folder")
     v.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     v.add_argument("--force-long", action="store_true",
-                   help="run an audit estimated to take over an hour (refused otherwise)")
+                   help="run an audit estimated to take over an hour, or a 'run' whose training is estimated "
+                        f"to take over {LIMIT_HOURS:g} hours (refused otherwise)")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.add_argument("--quiet", action="store_true", help="no plan line and no progress bar")
     add_run_arguments(v, number)
@@ -177,7 +180,7 @@ def _check_input(args) -> None:
                                          ("--seed", args.seed, lambda x: x >= 0, ">= 0")):
             if not (math.isfinite(value) and ok(value)):
                 raise ValueError(f"{flag} must be {allowed}, got {value:g}")
-        for flag in ("--samples", "--power", "--violation", "--epsilons", "--force-long", "--crosscheck"):
+        for flag in ("--samples", "--power", "--violation", "--epsilons", "--crosscheck"):
             name = flag[2:].replace("-", "_")
             given = getattr(args, name)
             if given not in (None, False) and given != _DEFAULTS.get(name):

@@ -11,11 +11,13 @@ import importlib
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 from metadp.plan import load_plan
 from metadp.verify.canary_bounds import check_audit_plan
 from metadp.report import format_lower
+from metadp.training.run_size import check_run_size, plan_run_size, say_estimate
 
 __all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
 
@@ -98,6 +100,10 @@ def check_run_input(args) -> None:
     except ValueError as err:
         raise ValueError(f"--plan: {err}") from None
     check_audit_plan(plan, args.canaries)
+    size = plan_run_size(plan, "sinusoid", args.inner_steps or 1)
+    check_run_size(size, force_long=args.force_long, steps_name="the plan's steps", pool_name="sampling.population",
+                   batch_name="its tasks a step (sampling.batch_size or rate)")
+    args.run_size = size
     if args.hidden is not None and not 1 <= args.hidden <= 4096:
         raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
     width = args.hidden or 40
@@ -115,6 +121,7 @@ def check_run_input(args) -> None:
 
 def run_audit_command(args) -> int:
     """Trains, audits and prints (table or ``--json``; ``--plot``); returns the exit status."""
+    say_estimate(args.run_size, f"metadp verify run {args.file} --plan {args.plan} (trains the audited run)", sys.stderr)
     if args.file == "dp-maml-sample":
         support = importlib.import_module("metadp.verify.support_canaries")
         settings = {k: v for k, v in (("inner_lr", args.inner_lr), ("inner_noise", args.inner_noise),
