@@ -170,9 +170,13 @@ def _check_numbers(args) -> None:
     _real(args, "inner_noise", low=0.0, low_open=False)
     for name in ("noise", "inner_noise", "count_noise"):
         value = getattr(args, name, None)
-        if value is not None and 0.0 < value < _MIN_NOISE:  # 0 is no noise, said as such; this is a degenerate one
-            raise ValueError(f"{_flag(name)} must be 0 (no noise: no guarantee) or at least {_MIN_NOISE:g}, got {value:g}: "
-                             "below it the privacy losses overflow float64 and no finite epsilon can be certified")
+        if value is not None and 0.0 <= value < _MIN_NOISE:
+            # no noise (or a vanishing one) releases the clipped sums as they are: no finite epsilon, which a
+            # private algorithm would only find out after spending its data (issue 28, class 1)
+            raise ValueError(f"{_flag(name)} must be at least {_MIN_NOISE:g} for {args.algorithm}, got {value:g}: below "
+                             "it no finite epsilon can be certified (the privacy losses overflow float64; at 0 the "
+                             "clipped sums are released as they are); give a larger value or --epsilon to calibrate "
+                             "it, or train a non-private algorithm (maml, reptile) if no guarantee is wanted")
     _real(args, "meta_batch", low=0.0, low_open=True)
     _real(args, "inner_lr", low=0.0, low_open=True)
     _real(args, "outer_lr", low=0.0, low_open=True)

@@ -47,6 +47,9 @@ def check_audit_plan(plan: Plan, canaries: int) -> None:
         raise ValueError("--plan: the canary audit needs the plan's sampling.population (it plants its canaries among "
                          "the plan's tasks and counts them against it); a plan given by sampling.rate alone has none: "
                          "add sampling.population")
+    if population < 4:  # [2, population // 2] is empty: no --canaries would do
+        raise ValueError(f"--plan: the canary audit needs a sampling.population of at least 4 tasks (at least 2 "
+                         f"canaries, at most half the population), got {population}: raise sampling.population")
     if not 2 <= canaries <= population // 2:
         raise ValueError(f"--canaries must be in [2, {population // 2}] (at most half the plan's sampling."
                          f"population), got {canaries}")

@@ -130,3 +130,24 @@ def test_a_corrupt_checkpoint_is_refused_naming_the_file(tmp_path):
     (out / "checkpoint.pt").write_bytes(b"not a checkpoint\n")
     result = metadp("train", "dp-maml", "--steps", "4", *flags, "--resume", "--resume-changed")
     _refused(result, "checkpoint.pt cannot be read as a checkpoint", "move it away")
+
+@pytest.mark.parametrize("algorithm", ["dp-maml", "dp-maml-sample", "dp-reptile", "dp-agr", "dp-agrlr"])
+@pytest.mark.parametrize("flag", ["--noise", "--inner-noise"])
+def test_flag_run_without_noise_is_refused_never_reported_null(tmp_path, algorithm, flag):
+    # --noise 0 used to train and write "epsilon": null for every view
+    out = tmp_path / "run"
+    other = ["--noise", "1"] if flag == "--inner-noise" else []
+    if flag == "--inner-noise" and algorithm in ("dp-maml", "dp-agr"):
+        pytest.skip("no inner noise")
+    result = metadp("train", algorithm, "--data", "sinusoid", *other, flag, "0", "--steps", "2", "--meta-batch", "4",
+                    "--pool", "40", "--out", out)
+    _refused(result, flag, "at least 1e-50", "maml, reptile")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("population", [1, 2, 3])
+def test_canary_audit_of_a_tiny_population_says_so(tmp_path, population):
+    path = _plan(tmp_path, "1.0", population=population, size="batch_size = 1")
+    result = metadp("verify", "run", "dp-maml", "--plan", path, "--data", "sinusoid", "--canaries", "2")
+    _refused(result, "sampling.population of at least 4")
+    assert "must be in [2, " not in result.stderr
