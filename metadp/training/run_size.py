@@ -20,6 +20,8 @@ import dataclasses
 import os
 from typing import Optional
 
+from metadp.training import datasets
+
 __all__ = ["LIMIT_HOURS", "PROGRESS_SECONDS", "RunSize", "estimate_run", "check_run_size", "plan_run_size"]
 
 LIMIT_HOURS = 24.0  # a run estimated beyond this is refused unless --force-long
@@ -28,10 +30,10 @@ PROGRESS_SECONDS = 5.0  # a run estimated beyond this says so (and shows its bar
 # per step: the Python loop and the ledger's hash-chained append (measured ~0.35 s on the CPU)
 _STEP_SECONDS = {"cpu": 1e-2, "accelerator": 1e-3}
 # per task and inner step (measured 6.6 ms for sinusoid, 0.7 s for a 5-way glyph episode on the CPU)
-_TASK_SECONDS = {"cpu": {"sinusoid": 3e-4, "glyphs": 3e-2, "omniglot": 3e-2},
-                 "accelerator": {"sinusoid": 1e-6, "glyphs": 1e-4, "omniglot": 1e-4}}
+# keyed by DataSet.images: regression (sinusoid) or image episodes (glyphs, omniglot)
+_TASK_SECONDS = {"cpu": {False: 3e-4, True: 3e-2}, "accelerator": {False: 1e-6, True: 1e-4}}
 _DRAW_SECONDS = 2e-10  # per pool task and step: Poisson sampling draws one uniform for every task of the pool
-_POOL_BYTES = {"sinusoid": 640, "glyphs": 64, "omniglot": 64}  # per pool task: its points (float64 while drawn,
+_POOL_BYTES = {False: 640, True: 64}  # per pool task: its points (float64 while drawn,
 # then float32) and its records' visit counts (sinusoid, 20 points a task); an episode pool keeps indices only
 
 
@@ -68,11 +70,11 @@ def estimate_run(data: str, steps: int, tasks_per_step: float, pool: int, *, inn
     ``inner_steps`` inner steps, on ``device`` ("cpu", or an accelerator: "cuda", "cuda:N", "mps").
     Needs no data and no torch."""
     kind = "cpu" if str(device or "cpu") == "cpu" else "accelerator"
-    costs = _TASK_SECONDS[kind]
-    per_task = costs.get(data, min(costs.values())) * max(1, inner_steps)
+    images = datasets.get(data).images
+    per_task = _TASK_SECONDS[kind][images] * max(1, inner_steps)
     per_step = _STEP_SECONDS[kind] + tasks_per_step * per_task + (pool * _DRAW_SECONDS if poisson else 0.0)
     return RunSize(steps=steps, tasks_per_step=tasks_per_step, pool=pool, seconds=steps * per_step,
-                   pool_bytes=pool * _POOL_BYTES.get(data, min(_POOL_BYTES.values())))
+                   pool_bytes=pool * _POOL_BYTES[images])
 
 
 def _memory_bytes() -> Optional[int]:
