@@ -199,7 +199,6 @@ def _run_plan(args) -> None:
               f"{plan.unit} epsilon <= {args.epsilon:g} at delta {plan.delta:g}")
     if alg.private:
         check_plan_certifies(plan)
-    check_run_length(plan, getattr(args, "force_long", False))
     size = plan_run_size(plan, args.data, args.inner_steps, args.device)
     check_run_size(size, force_long=args.force_long, steps_name="the plan's steps", pool_name="sampling.population",
                    batch_name="its tasks a step (sampling.batch_size, rate or episodes)")
@@ -274,30 +273,6 @@ def _run_plan(args) -> None:
                   "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
         print(_plan_promise(report, source))
     print(f"evaluation: {score}; files in {out}/")
-
-
-# The fastest the trainer goes, per task and step: a sinusoid task of the 1-40-40-1 MLP, first order, on 2 CPU
-# cores (about 40 microseconds measured); a run is estimated at half that before any data is loaded
-_FASTEST_TASK_STEP = 2e-5
-_LONGEST_RUN = 24 * 3600.0
-
-
-def check_run_length(plan, force_long: bool) -> None:
-    """Refuses (ValueError naming --force-long), before any data is loaded, a plan whose steps x expected tasks a
-    step would take longer than 24 hours even at the trainer's fastest (an optimistic estimate: a refused run
-    could only take longer)."""
-    batch = getattr(plan.sampling, "episodes", None) or plan.sampling.expected_batch or 1.0
-    seconds = float(plan.steps) * float(batch) * _FASTEST_TASK_STEP
-    if seconds > _LONGEST_RUN and not force_long:
-        raise ValueError(f"the plan's {plan.steps:,} steps of about {batch:,.4g} tasks each would take at least "
-                         f"{_duration(seconds)} even at the trainer's fastest ({_FASTEST_TASK_STEP * 1e6:g} "
-                         "microseconds a task-step), over the 24-hour limit: use fewer steps or smaller batches, or "
-                         "pass --force-long to run it anyway")
-
-
-def _duration(seconds: float) -> str:
-    hours = seconds / 3600.0
-    return f"{hours:,.0f} hours" if hours < 24 * 365 else f"{hours / (24 * 365):,.3g} years"
 
 
 def _plan_promise(report, source: str) -> str:

@@ -106,20 +106,21 @@ def test_a_run_that_cannot_end_is_refused_before_data_is_loaded(tmp_path, steps,
     plan = _plan(tmp_path, "1.0", population=10**6, size=size)
     plan.write_text(plan.read_text().replace("steps = 5", f"steps = {steps}"))
     result = metadp("train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", out)
-    _refused(result, "--force-long", "24-hour limit")
+    _refused(result, "--force-long", "limit of 24 hours")
     assert not out.exists()
 
 
 def test_force_long_lets_the_estimate_pass():
     from metadp.plan import Plan
-    from metadp.training.command import check_run_length
+    from metadp.training.run_size import check_run_size, plan_run_size
 
     plan = Plan.from_dict({"name": "long", "unit": "task", "delta": 1e-5, "steps": 10**12,
                            "sampling": {"scheme": "poisson", "population": 100, "batch_size": 5},
                            "noise": {"mechanism": "gaussian", "multiplier": 1.0}})
+    size = plan_run_size(plan, "sinusoid")
     with pytest.raises(ValueError, match="years"):
-        check_run_length(plan, force_long=False)
-    check_run_length(plan, force_long=True)  # said, and allowed
+        check_run_size(size, force_long=False, steps_name="steps", pool_name="population", batch_name=None)
+    check_run_size(size, force_long=True, steps_name="steps", pool_name="population", batch_name=None)  # allowed
 
 
 def test_a_corrupt_checkpoint_is_refused_naming_the_file(tmp_path):
