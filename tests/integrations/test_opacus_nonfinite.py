@@ -108,3 +108,48 @@ def test_an_integer_too_large_for_a_float_is_refused(field):
     values = {"noise_multiplier": 1.0, "sample_rate": 0.01, field: 10**400}
     with pytest.raises(ValueError, match=field):
         mo.MetadpAccountant().step(**values)
+def _with_history(index, value):
+    """The accountant as Opacus's noise search leaves it: ``history`` assigned, then ``get_epsilon`` asked."""
+    accountant = mo.MetadpAccountant()
+    entry = [1.0, 0.1, 10]
+    entry[index] = value
+    accountant.history = [tuple(entry)]
+    return accountant.get_epsilon(1e-5)
+
+
+def _stepped():
+    accountant = mo.MetadpAccountant()
+    accountant.step(noise_multiplier=1.0, sample_rate=0.1)
+    return accountant
+
+
+# every entry point of the integration that takes a number x {nan, inf, -inf, 0, negative}, where invalid
+ENTRIES = [
+    ("step", "noise_multiplier", lambda v: mo.MetadpAccountant().step(noise_multiplier=v, sample_rate=0.1), set()),
+    ("step", "sample_rate", lambda v: mo.MetadpAccountant().step(noise_multiplier=1.0, sample_rate=v), {0.0}),
+    ("get_epsilon", "delta", lambda v: _stepped().get_epsilon(v), set()),
+    ("get_epsilon_bounds", "delta", lambda v: _stepped().get_epsilon_bounds(v), set()),
+    ("history", "noise_multiplier", lambda v: _with_history(0, v), set()),
+    ("history", "sample_rate", lambda v: _with_history(1, v), {0.0}),
+    ("history", "num_steps", lambda v: _with_history(2, v), set()),  # 0.0 is a float, not a count
+    ("load_state_dict", "noise_multiplier", lambda v: mo.MetadpAccountant().load_state_dict(
+        {"history": [(v, 0.1, 1)], "mechanism": "metadp"}), set()),
+    ("opacus get_noise_multiplier", "delta", lambda v: __import__("opacus.accountants.utils", fromlist=["x"])
+     .get_noise_multiplier(target_epsilon=1.0, target_delta=v, sample_rate=0.1, steps=10, accountant="metadp"), set()),
+    ("noise_multiplier_for_epsilon", "steps", lambda v: mo.noise_multiplier_for_epsilon(
+        target_epsilon=1.0, target_delta=1e-5, sample_rate=0.1, steps=v), set()),
+]
+
+
+@pytest.mark.parametrize("call, name, value", [
+    pytest.param(call, name, value, id=f"{where}-{name}-{value}") for where, name, call, valid in ENTRIES
+    for value in BAD if value not in valid])
+def test_every_entry_point_refuses_and_names(call, name, value):
+    with pytest.raises(ValueError, match=name):
+        call(value)
+
+
+def test_the_accountant_has_no_get_privacy_spent():
+    # Opacus's RDPAccountant has one (returning (epsilon, best order)); IAccountant does not, and metadp's
+    # accountant offers get_epsilon and get_epsilon_bounds instead: no unchecked path hides behind that name
+    assert not hasattr(mo.MetadpAccountant(), "get_privacy_spent")
