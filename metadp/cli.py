@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from metadp import __version__
 from metadp.cite import cite
+from metadp.heartbeat import Heartbeat
 from metadp.integrations._event_report import event_report
 from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
@@ -330,6 +331,9 @@ def _cmd_train(args) -> None:
 
 _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,
              "verify": _cmd_verify, "train": _cmd_train}
+# what a command still working says it is doing (metadp.heartbeat)
+_WORK = {"plan": "certifying the plan", "cite": "certifying the plan", "epsilon": "certifying the bound",
+         "calibrate": "calibrating: each try certifies a bound", "verify": "verifying", "train": "training"}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -339,7 +343,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     status = 0
     try:
         args = parser.parse_args(argv)
-        status = _COMMANDS[args.command](args) or 0
+        with Heartbeat(_WORK[args.command]):
+            status = _COMMANDS[args.command](args) or 0
     except (_UsageError, ValueError) as err:
         message = " ".join(str(err).split())  # exactly one line
         print(f"metadp: error: {message}", file=sys.stderr)

@@ -231,11 +231,20 @@ class Plan:
         return ev.SelfComposed(g.event, g.steps)
 
 
+MAX_GROUP_SIZE = 10**5  # the largest group_size a plan may declare (_group_size)
+
+
 def _group_size(d: Mapping, unit: str) -> Optional[int]:
     if unit == "group":
         if "group_size" not in d:
             raise ValueError("group_size is required for unit = 'group' (the number of units protected together)")
-        return check_count("group_size", d["group_size"], minimum=2, maximum=ev.MAX_COUNT)
+        size = check_count("group_size", d["group_size"], minimum=2, maximum=ev.MAX_COUNT)
+        if size > MAX_GROUP_SIZE:  # the sampled schemes' group bounds hold a term per group member (k + 1 of them)
+            raise ValueError(f"group_size must be at most {MAX_GROUP_SIZE:,}, got {size:,}: the group bounds of sampled "
+                             "plans sum over how many of the group's units a step samples (a term for each of 0..k), "
+                             "and a group this large is better declared as a unit of its own (unit = 'task', or a "
+                             "coarser unit in [hierarchy])")
+        return size
     if "group_size" in d:
         raise ValueError("group_size applies only to unit = 'group'")
     return None

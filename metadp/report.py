@@ -45,7 +45,8 @@ def format_lower(x: float, digits: int = 4) -> str:
 
 def _format_directed(x: float, digits: int, rounding: str) -> str:
     if x == 0 or math.isinf(x) or math.isnan(x):
-        return {True: "inf" if x > 0 else "-inf"}.get(math.isinf(x), "0" if x == 0 else "nan")
+        # "infinity" in words: a bare "inf" reads as a glitch, not as "no finite bound is certified"
+        return {True: "infinity" if x > 0 else "-infinity"}.get(math.isinf(x), "0" if x == 0 else "nan")
     exact = decimal.Decimal(x)  # the float's exact value
     exponent = exact.adjusted()
     quantum = decimal.Decimal(1).scaleb(exponent - digits + 1)
@@ -161,8 +162,9 @@ class Report:
                  else f"Laplace $b={self.noise['scale']:g}$")
         relation = {"add_remove": "add/remove", "substitute": "substitution"}[self.relation]
         delta = _latex_number(self.delta)
+        bound = r"\infty" if math.isinf(self.epsilon) else format_upper(self.epsilon)
         cells = [_latex_escape(self.name), self.unit, relation, sampling, noise, f"{self.steps:,}".replace(",", "{,}"),
-                 f"$\\le {format_upper(self.epsilon)}$", f"${delta}$", self.accountant.upper()]
+                 f"$\\le {bound}$", f"${delta}$", self.accountant.upper()]
         header = "% plan & unit & relation & sampling & noise & steps & epsilon (upper bound) & delta & accountant"
         return header + "\n" + " & ".join(cells) + " \\\\"
 

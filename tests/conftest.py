@@ -12,6 +12,11 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, "1")
 
+# A command still working after a few seconds says so on stderr (metadp.heartbeat); on a loaded test machine that
+# would add lines to outputs the tests compare. Off for the suite (inherited by the CLI subprocesses it starts),
+# except in tests/test_heartbeat.py, which sets it for the commands it runs.
+os.environ["METADP_HEARTBEAT_SECONDS"] = "0"
+
 import mpmath  # noqa: E402
 import pytest  # noqa: E402
 

@@ -181,7 +181,7 @@ def test_epsilon_with_steps_beyond_float64_integers_names_the_range(capsys):
     assert "steps must be an integer >= 0 and <= 9007199254740992" in line and "1.000e+20" in line
 
 
-@pytest.mark.parametrize("noise, expected", [("1e300", "<= 0 "), ("1e-300", "<= inf ")])
+@pytest.mark.parametrize("noise, expected", [("1e300", "<= 0 "), ("1e-300", "<= infinity ")])
 def test_epsilon_with_extreme_noise_is_a_bound(noise, expected, capsys):
     # 1e300: OverflowError after RuntimeWarnings in rdp.py (the quadrature at huge noise); 1e-300:
     # RuntimeWarnings and NaN in the PLD lattice. Both are exact bounds: TV <= 1/z << delta gives

@@ -122,7 +122,7 @@ def test_vanishing_count_noise_is_a_bound_not_an_overflow(tmp_path):
     path.write_text('name = "x"\nunit = "task"\ndelta = 1e-5\nsteps = 5\n[sampling]\nscheme = "poisson"\nrate = 0.1\n'
                     '[noise]\nmechanism = "gaussian"\nmultiplier = 1.0\ncount_noise = 1e-300\n')
     result = metadp("plan", path)
-    assert result.returncode == 0 and "Traceback" not in result.stderr and "epsilon   <= inf" in result.stdout
+    assert result.returncode == 0 and "Traceback" not in result.stderr and "epsilon   <= infinity" in result.stdout
 
 
 @pytest.mark.parametrize("argv", [["gaussian", "--noise", "1e300"], ["gaussian", "--noise", "1", "--claim-noise", "1e-300"],

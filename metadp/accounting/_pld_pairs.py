@@ -122,6 +122,9 @@ def _(event: ev.FixedSizeSampled, relation):
     return [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)), 1)]
 
 
+_MAX_SELECTED = 1_000  # expected episodes a step that select the record's unit, for the PLD pairs
+
+
 @event_pairs.register
 def _(event: ev.EpisodicSampled, relation):
     if relation != "add_remove":
@@ -129,6 +132,11 @@ def _(event: ev.EpisodicSampled, relation):
     if math.isinf(event.inner.noise_multiplier) or event.unit_rate == 0.0 or event.within_rate == 0.0:
         return []
     _check_noise(event, event.inner.noise_multiplier / (event.shift * event.episodes))  # largest shift: all episodes
+    selected = event.episodes * event.unit_rate
+    if selected > _MAX_SELECTED:  # the revealed mixture holds a component (and a binomial) per count j
+        raise _pld_unsupported(event, f"{selected:,.0f} episodes a step select the record's unit on average (over "
+                                      f"{_MAX_SELECTED:,}): the revealed mixture would hold a component for each "
+                                      "count; the RDP accountant bounds it")
     return [(episodic_record_pairs(event.episodes, event.unit_rate, event.within_rate,
                                    event.inner.noise_multiplier, event.shift), 1)]
 

@@ -213,7 +213,7 @@ class PldAccountant:
                     "exceed it, and this event has no RDP bound to fall back on (use a larger delta)")
             return dataclasses.replace(result, notes=result.notes + (note,))
         if result.epsilon_upper > scale:  # both are valid upper bounds: report the smaller, and say so
-            note = (f"the PLD bound {result.epsilon_upper:.6g} is above the RDP bound {scale:.6g} "
+            note = (f"the PLD bound {_number(result.epsilon_upper)} is above the RDP bound {scale:.6g} "
                     "(the notes above say what the PLD bound is charged): the RDP bound is reported")
             return dataclasses.replace(result, epsilon_upper=scale, notes=result.notes + (note,))
         return result
@@ -229,7 +229,7 @@ class PldAccountant:
         bound = revealed_count_epsilon(*found, delta)
         if bound is None or bound >= result.epsilon_upper:
             return result
-        note = (f"the PLD lattice's bound {result.epsilon_upper:.6g} is above the revealed-count bound {bound:.6g} "
+        note = (f"the PLD lattice's bound {_number(result.epsilon_upper)} is above the revealed-count bound {bound:.6g} "
                 "(which steps sampled the unit revealed; a sum over the binomial count of Gaussian profiles, "
                 "metadp.accounting._revealed_count): the latter is reported")
         return dataclasses.replace(result, epsilon_upper=bound, notes=result.notes + (note,))
@@ -394,3 +394,8 @@ class PldAccountant:
 
     def _steps(self) -> int:
         return sum(c for _, c in self._items)
+
+
+def _number(x: float) -> str:
+    """An epsilon in a note: six digits, or "infinity" in words (a bare "inf" reads as a glitch)."""
+    return "infinity" if math.isinf(x) else f"{x:.6g}"

@@ -262,8 +262,15 @@ def _event_probs(z: float, t: int, shift: float, taus: np.ndarray) -> np.ndarray
 
 
 def _binomial_pmfs(p: np.ndarray, epochs: int) -> np.ndarray:
-    """Bin(m; E, p) for m = 0..E (rows) and each p (columns)."""
-    return stats.binom.pmf(np.arange(epochs + 1)[:, None], epochs, p[None, :])
+    """Bin(m; E, p) for m = 0..E (rows) and each p (columns), from logs: scipy's pmf raises OverflowError
+    (boost's ibeta_derivative) for some p at a tiny noise multiplier. E <= _LOWER_EPOCHS, so the log
+    binomial coefficients are exact to a few ulps, well inside _hockey_binomial's error allowance."""
+    m = np.arange(epochs + 1, dtype=np.float64)[:, None]
+    p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)[None, :]
+    log_comb = special.gammaln(epochs + 1.0) - special.gammaln(m + 1.0) - special.gammaln(epochs - m + 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf where p is 0 or 1: pmf 0 (or 1 below)
+        log_pmf = log_comb + special.xlogy(m, p) + special.xlog1py(epochs - m, -p)
+    return np.exp(log_pmf)
 
 
 def _hockey_binomial(p: np.ndarray, q: np.ndarray, epochs: int, eps: float, pmfs=None) -> np.ndarray:

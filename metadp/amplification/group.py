@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 GROUP_DELTA_FORMS = ("chain", "dwork_roth")
+MAX_BASE_ORDER = 2.0**17  # rdp_group evaluates the single-unit curve at orders up to this (docstring)
 # Relative round-up applied to the group delta so that the float is never below the exact value
 # (log/exp and the products each carry a few ulps).
 _ROUND_UP = 1.0 + 16 * np.finfo(float).eps
@@ -103,7 +104,10 @@ def rdp_group(rdp_curve: Callable[[np.ndarray], np.ndarray], orders, k: int) -> 
     For orders 1 < beta < 2 the value at beta = 2 is returned, valid because Renyi divergences are
     non-decreasing in the order (van Erven & Harremoes 2014, arXiv:1206.2459, Thm. 3). For k not a
     power of two the next power 2^c >= k is used (a group of k units is also within distance 2^c),
-    which is looser than necessary. k = 1 returns the base curve itself.
+    which is looser than necessary. k = 1 returns the base curve itself. Base orders above
+    :data:`MAX_BASE_ORDER` are not evaluated (their group bound is returned as infinity, which is
+    valid): some curves cost time and memory linear in the order (the fixed-size sampled Gaussian
+    sums a term per integer order), and a group bound at such orders is vacuous anyway.
 
     The rule is generic and loose: for the Gaussian it gives 6^c alpha / (2 z^2) against the exact
     k^2 alpha / (2 z^2) of :func:`gaussian_group_pair`.
@@ -124,9 +128,14 @@ def rdp_group(rdp_curve: Callable[[np.ndarray], np.ndarray], orders, k: int) -> 
     k = check_count("k", k, minimum=1)
     c = (k - 1).bit_length()  # smallest c with 2^c >= k
     base_orders = orders if c == 0 else (2.0**c) * np.maximum(orders, 2.0)
-    base = np.asarray(rdp_curve(base_orders), dtype=np.float64)
-    if base.shape != base_orders.shape:
-        raise ValueError(f"rdp_curve must return one value per order (shape {base_orders.shape}), got {base.shape}")
+    kept = base_orders <= MAX_BASE_ORDER if c > 0 else np.ones(base_orders.shape, dtype=bool)
+    base = np.full(base_orders.shape, np.inf)
+    if kept.any():
+        values = np.asarray(rdp_curve(base_orders[kept]), dtype=np.float64)
+        if values.shape != base_orders[kept].shape:
+            raise ValueError(f"rdp_curve must return one value per order (shape {base_orders[kept].shape}), got "
+                             f"{values.shape}")
+        base[kept] = values
     if np.any(np.isnan(base)) or np.any(base < 0):
         raise ValueError("rdp_curve must return values >= 0 (not nan)")
     return (3.0**c) * base

@@ -19,6 +19,7 @@ Conventions (DESIGN.md sec. 2-3):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Tuple
 
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
@@ -84,7 +85,8 @@ class Gaussian(Event):
         )
 
     def describe(self) -> str:
-        return f"Gaussian(noise multiplier {self.noise_multiplier:g})"
+        z = self.noise_multiplier
+        return "Gaussian(noise multiplier infinity: releases nothing)" if math.isinf(z) else f"Gaussian(noise multiplier {z:g})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,8 @@ from metadp.mechanisms.laplace import LaplacePair
 __all__ = ["dp_pix", "dp_pix_noise_scale", "dp_pix_event", "dp_pix_pair", "dp_pix_pairs", "cell_sizes",
            "cell_means", "DpPixNeighbours", "dp_pix_neighbours"]
 
+_MAX_PIXELS = 2**22  # dp_pix_neighbours: the largest image it builds (an audit draws many, in batches)
+
 
 def dp_pix_noise_scale(*, epsilon: float, cell: int, m: int = 1, pixels=None):
     """Laplace scale of one DP-Pix cell mean in [0, 1] units: m / (s eps), s = b^2 for a full cell.
@@ -233,6 +235,10 @@ def dp_pix_neighbours(cell: int, m: int = 1, *, partial_cell: bool = False) -> D
         side, top, size = b // 2, b, b + b // 2  # the corner cell: rows and columns b .. b + side - 1
     else:
         side, top, size = b, 0, 2 * b
+    if size * size > _MAX_PIXELS:  # two float64 images of size x size are built
+        raise ValueError(f"cell = {b:,}: the worst-case images are {size:,} x {size:,} pixels, over the "
+                         f"{_MAX_PIXELS:,} pixels the audit builds (an audit draws hundreds of them at once); use a cell of at most "
+                         f"{math.isqrt(_MAX_PIXELS) // 2:,} pixels (the per-cell claim does not depend on the image size)")
     if m > side * side:
         raise ValueError(f"m must be in [1, {side * side}] (the pixels of one {side} x {side} cell), got {m}")
     image = np.zeros((size, size))

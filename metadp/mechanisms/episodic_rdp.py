@@ -54,6 +54,7 @@ __all__ = ["MAX_ORDER", "TAIL", "episodic_rdp", "truncation_point"]
 
 MAX_ORDER = 64
 _MAX_COMPONENTS = 64  # beyond this many j's, contiguous groups of j are charged at their largest j
+_DENSE_COMPONENTS = 10**6  # up to this j_max the pmf of every j is summed; above it, tails bound the groups
 TAIL = 1e-30  # Pr[J > j_max] aimed at; the charge is the computed tail times 2 (round-off margin)
 
 
@@ -80,11 +81,14 @@ def _integer_curve(episodes: int, unit_rate: float, within_rate: float, z: float
     orders = np.arange(2, top + 1, dtype=np.float64)
     if j_max == 0 or within_rate == 0.0 or math.isinf(z):
         return np.zeros_like(orders), tau
-    log_w_all = stats.binom.logpmf(np.arange(1, j_max + 1), episodes, unit_rate)
-    first = int(np.argmax(np.isfinite(log_w_all)))  # P_U = 1: all the mass at j = L
-    starts = np.unique(np.linspace(first, j_max, _MAX_COMPONENTS + 1)[:-1].astype(int))
-    log_w = np.logaddexp.reduceat(log_w_all, starts)
-    js = np.append(starts[1:], j_max)  # each group of j's is charged at its largest j (the bound grows with j)
+    if j_max <= _DENSE_COMPONENTS:
+        log_w_all = stats.binom.logpmf(np.arange(1, j_max + 1), episodes, unit_rate)
+        first = int(np.argmax(np.isfinite(log_w_all)))  # P_U = 1: all the mass at j = L
+        starts = np.unique(np.linspace(first, j_max, _MAX_COMPONENTS + 1)[:-1].astype(int))
+        log_w = np.logaddexp.reduceat(log_w_all, starts)
+        js = np.append(starts[1:], j_max)  # each group of j's is charged at its largest j (the bound grows with j)
+    else:
+        log_w, js = _tail_bounded_groups(episodes, unit_rate, j_max)
     terms = np.empty((len(js) + 2, len(orders)))
     for i, j in enumerate(js):
         terms[i] = log_w[i] + (orders - 1.0) * j * poisson_gaussian_rdp(within_rate, z / (shift * math.sqrt(j)), orders)
@@ -96,6 +100,20 @@ def _integer_curve(episodes: int, unit_rate: float, within_rate: float, z: float
     curve = np.where(np.isnan(curve), np.inf, curve)
     curve.setflags(write=False)
     return curve, tau
+
+
+def _tail_bounded_groups(episodes: int, unit_rate: float, j_max: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(log weight bounds, largest j) of _MAX_COMPONENTS groups of j in 1..j_max, without a pmf per j (j_max
+    of 10^9 would need gigabytes). A group's mass is bounded by the binomial tail that contains it (the
+    lower tail below the mode, the upper tail above it, 1 around it), doubled for scipy's round-off:
+    over-weighting a component only raises the RDP bound, so the curve stays an upper bound."""
+    bounds = np.unique(np.linspace(1, j_max + 1, _MAX_COMPONENTS + 1).astype(np.int64))
+    first, last = bounds[:-1], bounds[1:] - 1  # group i holds j in [first[i], last[i]]
+    mode = math.floor((episodes + 1) * unit_rate)
+    below = stats.binom.logcdf(last, episodes, unit_rate)  # Pr[J <= last]
+    above = stats.binom.logsf(first - 1, episodes, unit_rate)  # Pr[J >= first]
+    log_w = np.where(last < mode, below, np.where(first > mode, above, 0.0))
+    return np.minimum(log_w + math.log(2.0), 0.0), last
 
 
 def episodic_rdp(episodes: int, unit_rate: float, within_rate: float, noise_multiplier: float, orders,

@@ -64,6 +64,9 @@ _EXAMPLES = ("examples (each well under a minute on 2 cores):\n"
              "  always; metadp verify run: one whose training is estimated (from the plan alone) to take\n"
              f"  over {LIMIT_HOURS:g} hours is refused unless --force-long.")
 
+# --alpha: the confidence bounds are computed for false-alarm probabilities down to 1e-12 (1e-300 overflowed them)
+_ALPHA_RANGE = "in [1e-12, 1) (a false-alarm probability; the confidence bounds are computed down to 1e-12)"
+
 # flags that describe one mechanism, and the mechanisms they apply to
 _MECHANISM_FLAGS = {"--noise": ("gaussian", "poisson"), "--claim-noise": ("gaussian", "poisson"),
                     "--scale": ("laplace",), "--claim-scale": ("laplace",), "--epsilon": ("dp-pix",),
@@ -176,7 +179,7 @@ def _check_input(args) -> None:
     check_run_input(args)
     if args.mechanism == "run":
         _check_plot(args)
-        for flag, value, ok, allowed in (("--alpha", args.alpha, lambda x: 0 < x < 1, "in (0, 1)"),
+        for flag, value, ok, allowed in (("--alpha", args.alpha, lambda x: 1e-12 <= x < 1, _ALPHA_RANGE),
                                          ("--seed", args.seed, lambda x: x >= 0, ">= 0")):
             if not (math.isfinite(value) and ok(value)):
                 raise ValueError(f"{flag} must be {allowed}, got {value:g}")
@@ -226,7 +229,7 @@ def _check_input(args) -> None:
               ("--cell", args.cell, lambda x: x >= 1, ">= 1"),
               ("--m", args.m, lambda x: x >= 1, ">= 1"),
               ("--samples", args.samples, lambda x: x >= 1, ">= 1"),
-              ("--alpha", args.alpha, lambda x: 0 < x < 1, "in (0, 1)"),
+              ("--alpha", args.alpha, lambda x: 1e-12 <= x < 1, _ALPHA_RANGE),
               ("--power", args.power, lambda x: 0 < x < 1, "in (0, 1)"),
               ("--violation", args.violation, lambda x: 0 < x < 1, "in (0, 1)"),
               ("--seed", args.seed, lambda x: x >= 0, ">= 0"))
@@ -324,6 +327,9 @@ def _plan_pipeline(args):
     step, s = view.events[0], plan.sampling
     if len(view.events) > 1 or plan.noise.mechanism != "gaussian" or plan.unit == "group":
         raise ValueError("metadp verify plan covers Gaussian plans with one record type (not groups or uneven units)")
+    if not 1e-50 <= plan.noise.multiplier <= 1e50:  # as for --noise: the audit's log-ratios overflow outside it
+        raise ValueError(f"noise.multiplier must be in [1e-50, 1e50] for an audit, got {plan.noise.multiplier:g} (outside "
+                         "it the per-step log-likelihood ratios overflow float64)")
     shuffle = (s.population, s.batch_size) if s.scheme == "shuffle" else None
     try:
         pipe = pipeline_for(step, view.steps, shuffle=shuffle)

@@ -137,6 +137,25 @@ def _prv(plan, step: ev.Event):
     return lower, upper, ""
 
 
+# The plans the anchor libraries are run on: outside it they divide by zero (noise 1e-300: sigma^2 underflows),
+# overflow (1e300) or ask for hundreds of GiB (10^12 steps). metadp's own rows are printed either way.
+ANCHOR_NOISE = (1e-3, 1e4)
+ANCHOR_STEPS = 10**7
+
+
+def _anchor(run, name: str, plan, step):
+    """``run(plan, step)`` (an anchor library's (value, value, note)), or (None, None, why it was not run):
+    outside ANCHOR_NOISE / ANCHOR_STEPS, or when the library itself fails (its error, in one line)."""
+    z = plan.noise.multiplier
+    if not (ANCHOR_NOISE[0] <= z <= ANCHOR_NOISE[1]) or plan.steps > ANCHOR_STEPS:
+        return None, None, (f"{name} not run: the cross-check runs the anchors on noise multipliers in "
+                            f"[{ANCHOR_NOISE[0]:g}, {ANCHOR_NOISE[1]:g}] and at most {ANCHOR_STEPS:,} steps")
+    try:
+        return run(plan, step)
+    except (ArithmeticError, MemoryError, ValueError) as err:  # the anchor's own failure, said as such
+        return None, None, f"{name} failed on this plan: {type(err).__name__}: {' '.join(str(err).split())[:120]}"
+
+
 _OTHERS_IMPLEMENT = (Poisson, FixedSize, NoSampling)  # the sampling dp-accounting and prv-accountant implement
 
 
@@ -154,8 +173,8 @@ def crosscheck_plan(path) -> CrossCheckTable:
     except UnsupportedEventError as err:
         m_pld = None
         rows.append(CrossCheckRow("metadp PLD", None, None, "", None, str(err).split(":")[-1].strip()))
-    d_rdp, d_pld, d_note = _dp_accounting(plan, step)
-    p_low, p_up, p_note = _prv(plan, step)
+    d_rdp, d_pld, d_note = _anchor(_dp_accounting, "dp-accounting", plan, step)
+    p_low, p_up, p_note = _anchor(_prv, "prv-accountant", plan, step)
     pld_note = "not run: fixed-size sampling" if d_rdp is not None and d_pld is None else ""
     return _table(plan.name, plan.delta, rows, m_rdp, m_pld, (d_rdp, d_pld, d_note, pld_note), (p_low, p_up, p_note))
 

@@ -13,12 +13,14 @@ from metadp.verify.runs import Pipeline
 __all__ = ["dp_pix_pipeline"]
 
 _BATCH = 1 << 16  # images released per call: bounded memory
+_BATCH_PIXELS = 1 << 24  # and at most this many pixels per call (128 MiB of float64)
 
 
 def _released_cell(image: np.ndarray, pixel, epsilon: float, cell: int, m: int, k: int, rng) -> np.ndarray:
     out = np.empty(k)
-    for start in range(0, k, _BATCH):
-        count = min(_BATCH, k - start)
+    batch_size = max(1, min(_BATCH, _BATCH_PIXELS // image.size))
+    for start in range(0, k, batch_size):
+        count = min(batch_size, k - start)
         batch = np.broadcast_to(image, (count,) + image.shape)
         # looked up on the module at each call, so a test can swap the noise calibration
         release = dp_pix_module.dp_pix(batch, epsilon=epsilon, cell=cell, m=m, rng=rng)

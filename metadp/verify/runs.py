@@ -44,12 +44,24 @@ class Pipeline:
 # -- drawing runs -------------------------------------------------------------------------------
 
 
+MAX_AUDIT_STEPS = 10**6  # an audit draws every step of every run: 20,000 runs of 10^6 steps is 2 x 10^10 draws
+
+
 @dataclasses.dataclass(frozen=True)
 class Design:
     steps: int
     noise: float
     signal: Callable  # (m, rng, present) -> (shifts (m, T) or None for all zero, side information or None)
     statistic: Callable  # (x (m, T), side) -> (m,)
+
+    def __post_init__(self):
+        if not 1e-50 <= self.noise <= 1e50:  # the per-step log-ratios overflow float64 outside it (NaN statistics)
+            raise ValueError(f"noise multiplier {self.noise:g}: an audit simulates noise multipliers in [1e-50, 1e50] "
+                             "(outside it the per-step log-likelihood ratios overflow float64)")
+        if self.steps > MAX_AUDIT_STEPS:
+            raise ValueError(f"steps = {self.steps:,}: an audit simulates every step of every run (tens of thousands "
+                             f"of runs), so it covers at most {MAX_AUDIT_STEPS:,} steps; audit fewer steps (the "
+                             "per-step claim is the same; its composition is what the accountants certify)")
 
 
 def _draw(design: Design, n, rng, present: bool, raw: bool = False, noise: bool = True) -> np.ndarray:

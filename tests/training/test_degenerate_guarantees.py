@@ -87,7 +87,7 @@ def test_plan_report_says_infinity_in_words_and_never_null(tmp_path):
     assert all(a["epsilon"] == "inf" for a in report["alternatives"])
     assert report["warnings"][0].startswith("no finite epsilon is certified")
     table = metadp("plan", _plan(tmp_path, "1e-300"))
-    assert "epsilon   <= inf" in table.stdout and "no finite epsilon is certified" in table.stdout
+    assert "epsilon   <= infinity" in table.stdout and "no finite epsilon is certified" in table.stdout
 
 
 def test_huge_but_finite_epsilon_trains_and_reports_the_number(tmp_path):
