@@ -6,10 +6,12 @@ temporary folder, with a wall-clock timeout, and its outcome is sorted into one 
 ==============  ==================================================================================
 traceback       "Traceback (most recent call last)" in the output, or the process died of a signal
 silence         nothing on stdout or stderr for ``--silence`` seconds (default 5), or the timeout hit
+                without output every SPEAKING_GAP seconds (a case that spoke throughout is "slow")
 bad-number      nan / NaN / Infinity / a bare ``inf`` / ``"epsilon": null`` / a negative epsilon /
                 a JSON lower bound above the upper bound
 warning-noise   Python or numpy warnings on stderr (RuntimeWarning, "overflow encountered", ...)
 bad-refusal     exit status 2 with more (or less) than one line on stderr
+slow            the timeout hit, but output came within --silence seconds and at least every SPEAKING_GAP s
 odd-exit        any other non-zero status (verify's 1 and 3 are verdicts, not failures)
 refused         exit status 2 with one line (API cases: a ValueError, printed as one line)
 ok              exit status 0
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import selectors
@@ -50,6 +53,11 @@ from typing import Dict, List, Optional, Sequence, Union
 
 REPO = Path(__file__).resolve().parents[1]
 FAILING = ("traceback", "silence", "bad-number", "warning-noise")
+SPEAKING_GAP = 12.0  # seconds: a case that timed out with no longer gap between outputs is "slow", not "silence"
+# Warnings that are a neighbour library's own advice, not noise from metadp: Opacus says this on every
+# make_private* call without secure_mode (its documented behaviour, which metadp does not hide)
+_FOREIGN_WARNINGS = re.compile(r"^.*opacus/privacy_engine\.py:\d+: UserWarning: Secure RNG turned off.*\n(?:\s+warnings\.warn\(.*\n?)?",
+                               re.M)
 SLOW_START = {"train": 15.0, "train-plan": 15.0, "verify-run": 15.0, "opacus": 30.0}  # torch import, data setup
 ORDER = FAILING + ("bad-refusal", "odd-exit", "refused", "ok")
 
@@ -136,13 +144,13 @@ def run_case(case: Case, repo: Path, silence_after: float) -> Outcome:
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
-        out, err, first, timed_out = _pump(proc, start, case.timeout)
+        out, err, first, timed_out, gap = _pump(proc, start, case.timeout)
         seconds = time.monotonic() - start
         status = proc.returncode
         stdout = out.decode("utf-8", "replace")
         stderr = err.decode("utf-8", "replace")
         cls, detail = classify(case, status, stdout, stderr, first, timed_out,
-                               case.silence if case.silence is not None else silence_after)
+                               case.silence if case.silence is not None else silence_after, gap)
         both = (stdout + ("\n" if stdout and stderr else "") + stderr).strip().splitlines()
         unexpected = case.expect is not None and cls in ("ok", "refused") and cls != case.expect
         return Outcome(case.name, case.label, cls, status, round(seconds, 2),
@@ -168,6 +176,8 @@ def _pump(proc: subprocess.Popen, start: float, timeout: float):
         os.set_blocking(pipe.fileno(), False)
         sel.register(pipe, selectors.EVENT_READ)
     first = None
+    last = start  # when the last bytes arrived (the longest gap between outputs is kept)
+    longest_gap = 0.0
     timed_out = False
     open_pipes = 2
     while open_pipes:
@@ -181,8 +191,10 @@ def _pump(proc: subprocess.Popen, start: float, timeout: float):
                 sel.unregister(key.fileobj)
                 open_pipes -= 1
                 continue
+            now = time.monotonic()
             if first is None:
-                first = time.monotonic() - start
+                first = now - start
+            longest_gap, last = max(longest_gap, now - last), now
             chunks[key.fileobj] += data[: 2_000_000 - len(chunks[key.fileobj])]
     if timed_out:
         try:
@@ -191,7 +203,8 @@ def _pump(proc: subprocess.Popen, start: float, timeout: float):
             pass
     proc.wait()
     sel.close()
-    return bytes(chunks[proc.stdout]), bytes(chunks[proc.stderr]), first, timed_out
+    longest_gap = max(longest_gap, time.monotonic() - last)
+    return bytes(chunks[proc.stdout]), bytes(chunks[proc.stderr]), first, timed_out, longest_gap
 
 
 # ---------------------------------------------------------------------------------------- classifying
@@ -209,7 +222,8 @@ _TEXT_BAD = [
 ]
 
 
-def classify(case: Case, status, stdout: str, stderr: str, first, timed_out: bool, silence_after: float):
+def classify(case: Case, status, stdout: str, stderr: str, first, timed_out: bool, silence_after: float,
+             longest_gap: float = math.inf):
     text = stdout + "\n" + stderr
     m = _TRACEBACK.search(text)
     if m:
@@ -218,6 +232,10 @@ def classify(case: Case, status, stdout: str, stderr: str, first, timed_out: boo
     if status is not None and status < 0 and not timed_out:
         return "traceback", f"killed by signal {-status}"
     if timed_out:
+        if first is not None and first <= silence_after and longest_gap <= SPEAKING_GAP:
+            # still working at the timeout, but it said so from the start and kept saying it (metadp's heartbeat
+            # line every 10 s, or a progress bar): slow, not silent
+            return "slow", f"timeout after {case.timeout:g} s, speaking throughout (longest gap {longest_gap:.1f} s)"
         return "silence", f"timeout after {case.timeout:g} s" + ("" if first is not None else " with no output")
     if first is None and status is not None:
         pass  # finished without output: judged below (exit status)
@@ -231,6 +249,7 @@ def classify(case: Case, status, stdout: str, stderr: str, first, timed_out: boo
     bad = _json_bounds(stdout)
     if bad:
         return "bad-number", bad
+    stderr = _FOREIGN_WARNINGS.sub("", stderr)
     if _WARNING_LINE.search(stderr) or _WARNING.search(stderr):
         hit = _WARNING_LINE.search(stderr) or _WARNING.search(stderr)
         return "warning-noise", _line_of(stderr, hit.start()).strip()[:200]

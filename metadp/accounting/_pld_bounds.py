@@ -46,6 +46,16 @@ class PldResult:
     # composed pairs' own epsilon, which ``epsilon_lower`` (a bound on the mechanism, from named datasets) is not
     pair_lower: Optional[float] = None
 
+    def __str__(self) -> str:
+        """The interval in words (``print(result)``); ``repr`` keeps every field."""
+        def text(x: float) -> str:
+            return "infinity" if math.isinf(x) else f"{x:.6g}"
+
+        lattice = "no lattice" if math.isnan(self.h) else f"lattice spacing {self.h:.3g}"
+        notes = "".join(f"\n  note: {n}" for n in self.notes)
+        return (f"certified epsilon in [{text(self.epsilon_lower)}, {text(self.epsilon_upper)}] at delta "
+                f"{self.delta:g} ({self.steps:,} releases; {lattice}){notes}")
+
 
 
 

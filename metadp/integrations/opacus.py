@@ -36,6 +36,7 @@ from typing import Optional
 from metadp.accounting import Composed, Gaussian, PoissonSampled, SelfComposed
 from metadp.accounting.calibration import calibrate_noise
 from metadp.accounting.pld import PldAccountant
+from metadp.core.validation import check_delta
 from metadp.integrations.sampling_check import (LoaderSampling, PoissonAssumptionWarning, describe_sampling,
                                                 require_poisson)
 
@@ -130,6 +131,7 @@ class MetadpAccountant(IAccountant):
             ValueError: for delta outside (0, 1), or a history entry with noise_multiplier <= 0, a
                 sample_rate outside [0, 1] or a negative or fractional num_steps (naming the entry).
         """
+        delta = check_delta("delta", delta)  # before the cache: an array or a list is not a key (TypeError)
         key = (self._entries(), delta)
         if key in self._cache:
             self._cache.move_to_end(key)
@@ -226,6 +228,21 @@ def _check_private_arguments(kwargs) -> None:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
+MAX_STEPS = 10**9  # make_private_checked: the longest run (epochs x batches an epoch) it accepts
+
+
+def _check_run_length(epochs, data_loader) -> None:
+    """Refuses epochs whose steps (epochs x len(data_loader), as Opacus counts them) exceed MAX_STEPS: Opacus's
+    noise search then asks for bounds of 10^14 steps, for minutes, and no such run ends."""
+    try:
+        batches = len(data_loader)
+    except TypeError:  # a loader without a length: Opacus will say so itself
+        return
+    if epochs is not None and _finite_positive(epochs) and epochs * batches > MAX_STEPS:
+        raise ValueError(f"epochs must give at most {MAX_STEPS:,} steps (epochs x len(data_loader) = {epochs:g} x "
+                         f"{batches:,} = {epochs * batches:.3g}): no such run ends")
+
+
 def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool = True, **kwargs):
     """Opacus's ``make_private`` (or ``make_private_with_epsilon`` when ``target_epsilon`` is given),
     refusing a run whose batches the accountant's Poisson epsilon would not cover.
@@ -243,9 +260,11 @@ def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool 
     Raises:
         ValueError: the loader's batches are not Poisson samples at the charged rate (the message says
             what the loader does and what to use instead); or target_epsilon, target_delta, epochs,
-            noise_multiplier or max_grad_norm is not finite and positive (target_delta in (0, 1)).
+            noise_multiplier or max_grad_norm is not finite and positive (target_delta in (0, 1)); or
+            epochs x len(data_loader) exceeds MAX_STEPS.
     """
     _check_private_arguments(kwargs)
+    _check_run_length(kwargs.get("epochs"), data_loader)
     before = describe_sampling(data_loader)
     if not poisson_sampling:
         require_poisson(data_loader)

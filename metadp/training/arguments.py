@@ -69,6 +69,10 @@ def _given(args, name: str) -> bool:
 _MIN_NOISE = 1e-50
 
 
+_MAX_LR = 1e4  # --inner-lr, --outer-lr
+_MAX_RADIUS = 256  # --radius: wider than any image metadp trains on
+
+
 def _real(args, name: str, *, low: float, low_open: bool, high: float = math.inf, high_open: bool = False) -> None:
     value = getattr(args, name)
     if value is None:
@@ -178,8 +182,9 @@ def _check_numbers(args) -> None:
                              "clipped sums are released as they are); give a larger value or --epsilon to calibrate "
                              "it, or train a non-private algorithm (maml, reptile) if no guarantee is wanted")
     _real(args, "meta_batch", low=0.0, low_open=True)
-    _real(args, "inner_lr", low=0.0, low_open=True)
-    _real(args, "outer_lr", low=0.0, low_open=True)
+    # a learning rate above this is no step size (1e300 overflowed torch's float32 and raised after training began)
+    _real(args, "inner_lr", low=0.0, low_open=True, high=_MAX_LR)
+    _real(args, "outer_lr", low=0.0, low_open=True, high=_MAX_LR)
     _real(args, "denoise_weight", low=0.0, low_open=False)
     _whole(args, "steps", 1)
     _whole(args, "pool", 1)
@@ -190,7 +195,7 @@ def _check_numbers(args) -> None:
     _whole(args, "eval_tasks", 1)
     _whole(args, "cell", 1)
     _whole(args, "m", 1)
-    _whole(args, "radius", 0)
+    _whole(args, "radius", 0, _MAX_RADIUS)  # a (2r+1)^2 kernel; 10^9 was accepted and ran out of memory
     _whole(args, "ways", 2)
     _whole(args, "shots", 1)
     _whole(args, "query", 1)

@@ -27,6 +27,11 @@ class Score:
     metric: str
 
     def __str__(self) -> str:
+        if not math.isfinite(self.mean):  # a diverged model: in words, not "nan +- nan"
+            return (f"{self.metric} not finite on {self.n_tasks} tasks: the model diverged (lower the learning "
+                    "rates, --inner-lr and --outer-lr, or the clip norm)")
+        if not math.isfinite(self.half_width):  # one task: no spread to estimate
+            return f"{self.metric} {self.mean:.4g} ({self.n_tasks} task, no interval)"
         return f"{self.metric} {self.mean:.4g} +- {self.half_width:.2g} (95%, {self.n_tasks} tasks)"
 
 

@@ -74,10 +74,11 @@ def check_run_input(args) -> None:
         if args.plant_defect not in (None, SUPPORT_DEFECT):
             raise ValueError(f"--plant-defect {args.plant_defect} applies to dp-maml and dp-agr; dp-maml-sample's "
                              f"control is {SUPPORT_DEFECT}")
-        for flag in ("--inner-lr", "--inner-noise"):
+        for flag, low, high in (("--inner-lr", 0.0, 1e4), ("--inner-noise", 1e-50, 1e50)):
             value = getattr(args, flag[2:].replace("-", "_"))
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{flag} must be a finite number > 0, got {value:g}")
+            if value is not None and not (math.isfinite(value) and low < value <= high):
+                # (1e-300 divided by zero in the run's accounting, after training had started)
+                raise ValueError(f"{flag} must be in ({low:g}, {high:g}], got {value:g}")
         if args.inner_steps is not None and not 1 <= args.inner_steps <= 100:
             raise ValueError(f"--inner-steps must be in [1, 100], got {args.inner_steps}")
     else:
@@ -111,8 +112,9 @@ def check_run_input(args) -> None:
     if not support and (args.canary_kind or "gradient") == "gradient" and args.canaries > size:
         raise ValueError(f"--canaries: gradient canaries take one parameter coordinate each, at most {size} with "
                          f"--hidden {width}, got {args.canaries} (use a wider --hidden or --canary-kind data)")
-    if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and args.outer_lr > 0):
-        raise ValueError(f"--outer-lr must be a finite number > 0, got {args.outer_lr:g}")
+    if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and 0 < args.outer_lr <= 1e4):
+        # (1e300 overflowed torch's float32 after training had started)
+        raise ValueError(f"--outer-lr must be in (0, 10000], got {args.outer_lr:g}")
     if importlib.util.find_spec("torch") is None:
         raise ValueError('metadp verify run trains a model: install torch (pip install torch==2.13.0, then '
                          '"metadp[train]")')
