@@ -149,6 +149,11 @@ def _node(x, path: str) -> Mapping:
     if isinstance(x, Mapping):
         return x
     if hasattr(x, "to_named_tuple") and not hasattr(x, "_fields"):
+        fields = getattr(type(x), "__attrs_attrs__", None)
+        if fields is not None:  # one level only: to_named_tuple converts the whole tree, recursively (a
+            # RecursionError for a few thousand levels, before metadp's depth check could refuse it)
+            return {"module_name": type(x).__module__, "class_name": type(x).__name__,
+                    **{f.name: getattr(x, f.name) for f in fields}}
         x = x.to_named_tuple()
     if hasattr(x, "_fields") and hasattr(x, "_asdict") and "class_name" in x._fields:
         return x._asdict()
