@@ -24,7 +24,7 @@ def test_format_upper_never_understates(x):
     (24.0814, "24.09"),
     (1234567.0, "1.235e+06"),
     (0.0, "0"),
-    (math.inf, "inf"),
+    (math.inf, "infinity"),  # in words (issue 28: a bare "inf" reads as a glitch)
 ])
 def test_format_upper_examples(x, text):
     assert format_upper(x) == text

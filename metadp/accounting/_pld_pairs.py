@@ -122,7 +122,8 @@ def _(event: ev.FixedSizeSampled, relation):
     return [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)), 1)]
 
 
-_MAX_SELECTED = 1_000  # expected episodes a step that select the record's unit, for the PLD pairs
+_MAX_SPREAD = 1_000  # values of the selecting count with mass (EpisodicSampled pairs: a component each)
+_MAX_EPISODES = 10**7  # episodes a step (the binomial support is built over 0..episodes)
 
 
 @event_pairs.register
@@ -132,11 +133,14 @@ def _(event: ev.EpisodicSampled, relation):
     if math.isinf(event.inner.noise_multiplier) or event.unit_rate == 0.0 or event.within_rate == 0.0:
         return []
     _check_noise(event, event.inner.noise_multiplier / (event.shift * event.episodes))  # largest shift: all episodes
-    selected = event.episodes * event.unit_rate
-    if selected > _MAX_SELECTED:  # the revealed mixture holds a component (and a binomial) per count j
-        raise _pld_unsupported(event, f"{selected:,.0f} episodes a step select the record's unit on average (over "
-                                      f"{_MAX_SELECTED:,}): the revealed mixture would hold a component for each "
-                                      "count; the RDP accountant bounds it")
+    # the revealed mixture holds a component (and a binomial) for each count j of episodes selecting the unit
+    # that has mass: about 24 standard deviations of Bin(L, P_U) wide; and its support is built from 0..L
+    spread = 24.0 * math.sqrt(event.episodes * event.unit_rate * (1.0 - event.unit_rate)) + 1.0
+    if spread > _MAX_SPREAD or event.episodes > _MAX_EPISODES:
+        raise _pld_unsupported(event, f"the count of episodes a step that select the record's unit spreads over "
+                                      f"~{spread:,.0f} values with {event.episodes:,} episodes (the PLD pairs take at "
+                                      f"most {_MAX_SPREAD:,} values and {_MAX_EPISODES:,} episodes): the RDP "
+                                      "accountant bounds it")
     return [(episodic_record_pairs(event.episodes, event.unit_rate, event.within_rate,
                                    event.inner.noise_multiplier, event.shift), 1)]
 
