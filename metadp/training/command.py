@@ -292,6 +292,16 @@ def _folder(path):
     return None if path is None else str(path)
 
 
+def _check_flag_run_size(args, alg) -> bool:
+    """Refuses a flag run that cannot end (``run_size``), before any data is loaded; True when its estimate is long
+    enough that the run says so now and shows its bar from step 0."""
+    sampler = args.sampler or alg.default_sampler
+    size = estimate_run(args.data, args.steps, min(args.meta_batch, args.pool), args.pool, inner_steps=args.inner_steps,
+                        poisson=sampler == "poisson", device=args.device)
+    check_run_size(size, force_long=args.force_long, steps_name="--steps", pool_name="--pool", batch_name="--meta-batch")
+    return say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
+
+
 def run_train(args) -> None:
     if args.plan is not None:
         return _run_plan(args)
@@ -301,11 +311,7 @@ def run_train(args) -> None:
         return _run_protonet(args)
 
     private = alg.private
-    sampler = args.sampler or alg.default_sampler
-    size = estimate_run(args.data, args.steps, min(args.meta_batch, args.pool), args.pool, inner_steps=args.inner_steps,
-                        poisson=sampler == "poisson", device=args.device)
-    check_run_size(size, force_long=args.force_long, steps_name="--steps", pool_name="--pool", batch_name="--meta-batch")
-    long = say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
+    long = _check_flag_run_size(args, alg)
     model, pool, loss_fn, inner_lr = _setup(args)
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
     outer_lr = args.outer_lr if args.outer_lr is not None else alg.default_outer_lr
