@@ -204,8 +204,8 @@ class Plan:
             except UnsupportedEventError as err:
                 errors.append(f"{name}: {err}")
         if len(errors) == len(names):
-            raise ValueError(f"this plan (noise.mechanism = '{self.noise.mechanism}', sampling.scheme = "
-                             f"'{self.sampling.scheme}') is not supported by the {self.accountant} accountant(s): "
+            raise ValueError(f"the {self.accountant} accountant(s) cannot certify this plan (noise.mechanism = "
+                             f"'{self.noise.mechanism}', sampling.scheme = '{self.sampling.scheme}'): "
                              f"{'; '.join(errors)}")
 
     def step_event(self) -> ev.Event:
