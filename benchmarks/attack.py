@@ -53,6 +53,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 REPO = Path(__file__).resolve().parents[1]
 FAILING = ("traceback", "silence", "bad-number", "warning-noise")
+_HEARTBEAT = re.compile(r"^metadp: still working \(.*\) \.\.\.$")
 SPEAKING_GAP = 12.0  # seconds: a case that timed out with no longer gap between outputs is "slow", not "silence"
 # Warnings that are a neighbour library's own advice, not noise from metadp: Opacus says this on every
 # make_private* call without secure_mode (its documented behaviour, which metadp does not hide)
@@ -257,7 +258,8 @@ def classify(case: Case, status, stdout: str, stderr: str, first, timed_out: boo
     if status in ok:
         return ("ok" if status == 0 else "ok"), ("" if status == 0 else f"verdict status {status}")
     if status == 2:
-        lines = [l for l in stderr.strip().splitlines() if l.strip()]
+        # metadp's heartbeat ("metadp: still working (...) ...") is progress, like a bar, not part of the refusal
+        lines = [l for l in stderr.strip().splitlines() if l.strip() and not _HEARTBEAT.match(l)]
         if len(lines) == 1:
             return "refused", lines[0][:200]
         return "bad-refusal", f"{len(lines)} lines on stderr: " + " | ".join(lines[:2])[:200]

@@ -68,7 +68,7 @@ def one_pass_comparison(sampling, relation: str, inner, steps: int, delta: float
 
 
 def _up(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{math.ceil(x * 1e4) / 1e4:g}"
+    return "infinity" if math.isinf(x) else f"{math.ceil(x * 1e4) / 1e4:g}"
 
 
 def _down(x: float) -> str:

@@ -68,7 +68,7 @@ def _guarded_bounds(items, delta, tolerance, max_fft_size, max_memory, max_secon
 
 def _up(x: float) -> str:
     """``x`` rounded up at 6 significant digits (a printed upper bound never understates)."""
-    return "inf" if not math.isfinite(x) else f"{_directed(x, math.ceil):.6g}"
+    return "infinity" if not math.isfinite(x) else f"{_directed(x, math.ceil):.6g}"
 
 
 def _down(x: float) -> str:
