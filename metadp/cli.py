@@ -184,7 +184,15 @@ def _emit(report, args) -> None:
         print(report.to_table())
 
 
+def _check_file_flags(args, *flags: str) -> None:
+    """An empty file name is refused, not read as "not given" (``--plot ''`` printed the report and no figure)."""
+    for flag in flags:
+        if getattr(args, flag[2:].replace("-", "_"), None) == "":
+            raise ValueError(f"{flag} needs a file name, got ''")
+
+
 def _cmd_plan(args) -> None:
+    _check_file_flags(args, "--plot", "--dp-event")
     if args.dp_event is not None:
         return _cmd_plan_dp_event(args)
     for flag in ("--delta", "--unit", "--relation", "--noise-relative-to"):
@@ -230,6 +238,7 @@ def _cmd_plan_dp_event(args) -> None:
 
 
 def _cmd_cite(args) -> None:
+    _check_file_flags(args, "--out")
     if args.force and not args.out:
         raise ValueError("--force applies only with --out FILE")
     out = Path(args.out) if args.out else None

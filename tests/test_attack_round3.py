@@ -278,3 +278,10 @@ def test_make_private_checked_refuses_a_run_that_cannot_end():
     with pytest.raises(ValueError, match="at most 1,000,000,000 steps"):
         make_private_checked(PrivacyEngine(accountant="metadp"), module=model, optimizer=optimizer,
                              data_loader=loader, target_epsilon=1.0, target_delta=1e-5, epochs=1e12, max_grad_norm=1.0)
+
+
+@pytest.mark.parametrize("args", [["plan", "--plot", ""], ["cite", "--out", ""], ["plan", "--dp-event", "", "--delta",
+                                                                                  "1e-5"]])
+def test_an_empty_file_name_is_refused_not_read_as_absent(args):
+    result = metadp(*args)  # --plot '' printed the report and wrote no figure, with status 0
+    assert result.returncode == 2 and "needs a file name, got ''" in result.stderr
