@@ -285,3 +285,10 @@ def test_make_private_checked_refuses_a_run_that_cannot_end():
 def test_an_empty_file_name_is_refused_not_read_as_absent(args):
     result = metadp(*args)  # --plot '' printed the report and wrote no figure, with status 0
     assert result.returncode == 2 and "needs a file name, got ''" in result.stderr
+
+
+def test_a_population_beyond_float_precision_is_refused_naming_it():
+    # 1e19 reached the symmetrised pair's internals ("base pair has P(L > 0) + Q(L > 0) > 1 ...: not symmetrisable")
+    result = metadp("epsilon", "--sampling", "fixed", "--batch", "256", "--population", "1e19", "--noise", "1.1",
+                    "--steps", "10", "--delta", "1e-5")
+    assert result.returncode == 2 and "sampling.population must be an integer >= 1 and <= 9007199254740992" in result.stderr

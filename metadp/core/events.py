@@ -162,7 +162,7 @@ class FixedSizeSampled(Event):
     sensitivity_factor: float = 2.0
 
     def __post_init__(self):
-        population = check_count("population", self.population, minimum=1)
+        population = check_count("population", self.population, minimum=1, maximum=MAX_COUNT)
         batch = check_count("batch", self.batch, minimum=0)
         if batch > population:
             raise ValueError(f"batch must be <= population ({population}), got {batch}")

@@ -142,7 +142,7 @@ def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
         raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
     population, batch, rate = d.get("population"), d.get("batch_size"), d.get("rate")
     if population is not None:
-        population = check_count("sampling.population", population, minimum=1)
+        population = check_count("sampling.population", population, minimum=1, maximum=ev.MAX_COUNT)
     if batch is not None:
         batch = check_count("sampling.batch_size", batch, minimum=0)
         if population is not None and batch > population:
