@@ -368,6 +368,11 @@ def run_train(args) -> None:
         for bar in bars:
             bar.close()
     score, out = _evaluated(args, model, result, loss_fn, inner_lr)
+    _print_flag_run(args, result, config, private, score, out)
+
+
+def _print_flag_run(args, result, config, private: bool, score, out) -> None:
+    """A flag run's summary: steps, sampling, every unit's epsilon (with its direction) and the evaluation."""
     sampling = result.report["sampling"]
     print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,}); tasks sampled "
           f"{sampling['scheme']} from a fixed pool of {sampling['pool']:,} (expected {sampling['expected_batch']:.4g} a "
