@@ -15,6 +15,7 @@ import math
 from typing import Any, Dict, Optional, Tuple
 
 from metadp import __version__
+from metadp.accounting.pld import RDP_REPORTED, REVEALED_COUNT_REPORTED
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
@@ -230,6 +231,7 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
     """Assembles the report of ``plan`` from an accountant's result (used by ``plan_epsilon``)."""
     assumptions, citations, warnings = _analysis_notes(plan, accountant, order, view, other_units)
     warnings += list(notes)
+    _fallback_notes(notes, assumptions, citations)
     if math.isinf(epsilon):
         warnings.insert(0, f"no finite epsilon is certified: at delta {plan.delta:g} every accountant that handles this "
                            "plan gives infinity (too little noise, or a non-private release), so the plan protects "
@@ -259,6 +261,21 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
                   citations=tuple(dict.fromkeys(citations)), warnings=tuple(warnings), claim=plan.claim,
                   epsilon_lower=epsilon_lower, alternatives=alts, other_units=tuple(other_units),
                   group_size=plan.group_size)
+
+
+def _fallback_notes(notes, assumptions: list, citations: list) -> None:
+    """Where the PLD accountant reported another of its bounds (its notes say so, ``metadp.accounting.pld``), the
+    assumption and the citations that bound rests on travel with the number."""
+    if any(n.endswith(RDP_REPORTED) for n in notes):
+        assumptions.append("the number reported is the PLD accountant's RDP bound of the same events (smaller than "
+                           "its lattice bound here): RDP of the sampled Gaussian (Mironov, Talwar & Zhang 2019), "
+                           "composed, and converted by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over the "
+                           "Renyi order")
+        citations += ["mironov2017renyi", "mironov2019sampled", "canonne2020discrete", "asoodeh2021three"]
+    if any(n.endswith(REVEALED_COUNT_REPORTED) for n in notes):
+        assumptions.append("the number reported is the revealed-count bound (metadp.accounting._revealed_count): "
+                           "the count of steps that sampled the unit revealed, a sum over its binomial law of "
+                           "composed Gaussian profiles")
 
 
 ACCOUNTANT_CITATIONS = {

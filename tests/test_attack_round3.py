@@ -292,3 +292,13 @@ def test_a_population_beyond_float_precision_is_refused_naming_it():
     result = metadp("epsilon", "--sampling", "fixed", "--batch", "256", "--population", "1e19", "--noise", "1.1",
                     "--steps", "10", "--delta", "1e-5")
     assert result.returncode == 2 and "sampling.population must be an integer >= 1 and <= 9007199254740992" in result.stderr
+
+
+def test_a_pld_report_of_its_rdp_bound_cites_what_that_bound_rests_on():
+    # 1.18e10 steps at rate 0.01, z = 1: the lattice's bound (1.025e6) is above its RDP cap (999,566), which is
+    # the number reported; its conversion and citations were missing from the report
+    result = metadp("epsilon", "--sampling", "poisson", "--rate", "0.01", "--noise", "1", "--steps", "11844700000",
+                    "--delta", "1e-5", "--accountant", "pld")
+    assert result.returncode == 0 and "the RDP bound is reported" in result.stdout
+    assert "the number reported is the PLD accountant's RDP bound" in result.stdout
+    assert "[canonne2020discrete]" in result.stdout and "[mironov2017renyi]" in result.stdout

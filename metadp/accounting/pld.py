@@ -47,6 +47,10 @@ __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 # no finite bound; at 1e-270 it is exact in milliseconds. Below it the revealed-count and RDP bounds answer.
 DELTA_FLOOR = 1e-270
 
+# How a note says that the upper end reported is not the lattice's (reports then cite what it rests on)
+RDP_REPORTED = "the RDP bound is reported"
+REVEALED_COUNT_REPORTED = "the revealed-count bound is reported"
+
 
 def _guarded_bounds(items, delta, tolerance, max_fft_size, max_memory, max_seconds, steps) -> PldResult:
     """``_bounds``, or no bound (lower 0, upper infinity, a note) where its arithmetic leaves float64's range.
@@ -225,7 +229,7 @@ class PldAccountant:
             return dataclasses.replace(result, notes=result.notes + (note,))
         if result.epsilon_upper > scale:  # both are valid upper bounds: report the smaller, and say so
             note = (f"the PLD bound {_number(result.epsilon_upper)} is above the RDP bound {scale:.6g} "
-                    "(the notes above say what the PLD bound is charged): the RDP bound is reported")
+                    f"(the notes above say what the PLD bound is charged): {RDP_REPORTED}")
             return dataclasses.replace(result, epsilon_upper=scale, notes=result.notes + (note,))
         return result
 
@@ -242,7 +246,7 @@ class PldAccountant:
             return result
         note = (f"the PLD lattice's bound {_number(result.epsilon_upper)} is above the revealed-count bound {bound:.6g} "
                 "(which steps sampled the unit revealed; a sum over the binomial count of Gaussian profiles, "
-                "metadp.accounting._revealed_count): the latter is reported")
+                f"metadp.accounting._revealed_count): {REVEALED_COUNT_REPORTED}")
         return dataclasses.replace(result, epsilon_upper=bound, notes=result.notes + (note,))
 
     def _attained_lower(self, result: PldResult, delta: float) -> PldResult:
