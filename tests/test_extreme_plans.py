@@ -85,11 +85,6 @@ _SLOW = {("balls_in_bins", "steps", 2**53), ("balls_in_bins", "steps", 10**7), (
 
 
 # left open (not the one-pass schemes): arrays sized by the count in the episodic/fixed-size/group pairs
-_OPEN = {("fixed", "steps", 2**53), ("none", "steps", 2**53), ("poisson_hierarchy", "steps", 2**53),
-         ("group", "group_size", 2**53), ("episodic", "sampling.episodes", 2**53),
-         ("poisson_hierarchy", "sampling.population", 10**12)}
-
-
 # the cases that raised on main (OverflowError, NaN to int, warnings), kept in the default suite
 _DEFAULT = {("balls_in_bins", "noise.multiplier", 0.01), ("balls_in_bins", "noise.multiplier", 0.1),
             ("balls_in_bins", "noise.multiplier", 1e300), ("shuffle", "noise.multiplier", 1e-300),
@@ -100,8 +95,6 @@ def _params():
     for scheme, change in _cases():
         key, value = next(iter(change.items()))
         marks = [] if (scheme, key, value) in _DEFAULT else [pytest.mark.slow]
-        if (scheme, key, value) in _OPEN:
-            marks.append(pytest.mark.xfail(reason="issue 28 class 2, left open: see the branch's report", strict=False))
         yield pytest.param(scheme, change, id=f"{scheme}-{'-'.join(f'{k}={v:g}' for k, v in change.items())}",
                            marks=marks)
 
