@@ -20,8 +20,9 @@ from metadp.core.validation import check_count, check_delta, check_positive
 from metadp.core import events as ev
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.accounting.allocation import one_pass_comparison
+from metadp.accounting.certify import accountant_names, certify, supporting
 from metadp.accounting.registry import ACCOUNTANTS
-from metadp.accounting.rdp_accountant import RdpAccountant, UnsupportedEventError
+from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
 from metadp.report import Report, build_report
 from metadp.units import unit_views
@@ -194,19 +195,12 @@ class Plan:
 
     def _check_supported(self) -> None:
         """Rejects, at load time, a mechanism/sampling combination the accountant cannot analyse."""
-        names = tuple(ACCOUNTANTS) if self.accountant == "all" else (self.accountant,)
-        errors = []
         primary = unit_views(self)[0]
-        for name in names:
-            try:
-                for event in primary.events:
-                    ACCOUNTANTS[name](relation=primary.relation).compose(event)
-            except UnsupportedEventError as err:
-                errors.append(f"{name}: {err}")
-        if len(errors) == len(names):
+        ok, refused = supporting(primary.events, primary.relation, self.accountant)
+        if not ok:
             raise ValueError(f"the {self.accountant} accountant(s) cannot certify this plan (noise.mechanism = "
                              f"'{self.noise.mechanism}', sampling.scheme = '{self.sampling.scheme}'): "
-                             f"{'; '.join(errors)}")
+                             f"{'; '.join(f'{name}: {why}' for name, why in refused)}")
 
     def step_event(self) -> ev.Event:
         """The event of one training step for one task/record (as sampled; no group or episodic view)."""
@@ -345,31 +339,30 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a metadp Plan, got {type(plan).__name__}")
     name = accountant or plan.accountant
-    names = tuple(ACCOUNTANTS) if name == "all" else (name,)
-    if name != "all" and name not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(ACCOUNTANTS) + ('all',)}, got {name!r}")
+    names = accountant_names(name)
     views = unit_views(plan)
     primary, others = views[0], views[1:]
-    options = {} if max_seconds is None else {"max_seconds": max_seconds}
-    results = _certify(primary, plan.delta, names, strict=name != "all", options=options)
-    best = min(results, key=lambda r: r[1])
-    acc, epsilon, order, lower, notes = best
+    found = certify(primary.events, plan.delta, steps=primary.steps, relation=primary.relation, accountant=names,
+                    max_seconds=max_seconds)
+    best = found.tightest
     own_lower = plan.sampling.epsilon_lower(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.delta)
     if own_lower is not None:
         # the one-pass schemes: a lower bound on the sampler's own epsilon; an accountant's lower end is one for
         # the (looser) event it was given, not for the sampler, so it is replaced
-        lower = own_lower
-        notes = tuple(notes) + one_pass_comparison(plan.sampling, plan.relation, plan.noise.event(), plan.steps,
-                                                   plan.delta, min(lower, epsilon), epsilon)
+        best = dataclasses.replace(best, epsilon_lower=own_lower, notes=tuple(best.notes) + one_pass_comparison(
+            plan.sampling, plan.relation, plan.noise.event(), plan.steps, plan.delta, min(own_lower, best.epsilon),
+            best.epsilon))
     other_units = []
     for view in others:
-        found = _certify(view, plan.delta, names, strict=False, options=options)
-        if found:
-            a, e, _, lo, n = min(found, key=lambda r: r[1])
-            other_units.append(view.certified(e, lo, a.name, n).other_unit())
-    return build_report(plan, epsilon, order, acc, epsilon_lower=lower, notes=notes,
-                        alternatives=[(r[0].name, r[1], r[3]) for r in results] if name == "all" else (),
-                        view=primary, other_units=other_units)
+        try:
+            other = certify(view.events, plan.delta, steps=view.steps, relation=view.relation, accountant=names,
+                            max_seconds=max_seconds).tightest
+        except UnsupportedEventError:
+            continue
+        other_units.append(view.certified(other.epsilon, other.epsilon_lower, other.accountant,
+                                          other.notes).other_unit())
+    return build_report(plan, best, alternatives=found.certificates if name == "all" else (), view=primary,
+                        other_units=other_units)
 
 
 def check_plan_certifies(plan: Plan) -> None:
@@ -378,10 +371,7 @@ def check_plan_certifies(plan: Plan) -> None:
     noise level; the PLD accountant refuses noise below 1e-50), so no run of it could report one."""
     view = unit_views(plan)[0]
     try:
-        accountant = RdpAccountant(view.relation)
-        for event in view.events:
-            accountant.compose(event, 1)
-        epsilon = accountant.get_epsilon(plan.delta)
+        epsilon = certify(view.events, plan.delta, relation=view.relation, accountant="rdp").epsilon
     except UnsupportedEventError:
         return  # no RDP bound for this event: the plan's own accountant decides, and the report says what it finds
     if not math.isfinite(epsilon):
@@ -390,29 +380,3 @@ def check_plan_certifies(plan: Plan) -> None:
                          f"infinity at delta {plan.delta:g}, so a run would spend its data for no guarantee; raise "
                          "[noise] in the plan (metadp calibrate solves it for a target), or train a non-private "
                          "algorithm (maml, reptile) if no guarantee is wanted")
-
-
-def _certify(view, delta: float, names, strict: bool, options=None):
-    """[(accountant, epsilon, order, lower, notes)] for every accountant that handles the view; with
-    several alternative events (the worst record of a hierarchy), each bound is the largest of them."""
-    results = []
-    for n in names:
-        try:
-            found = []
-            for event in view.events:
-                acc = ACCOUNTANTS[n](relation=view.relation, **((options or {}) if n == "pld" else {}))
-                acc.compose(event, view.steps)
-                if n == "pld":
-                    bounds = acc.get_epsilon_bounds(delta)
-                    found.append((acc, bounds.epsilon_upper, math.nan, bounds.epsilon_lower, bounds.notes))
-                else:
-                    epsilon, order = acc.get_epsilon_and_order(delta)
-                    found.append((acc, epsilon, order, None, ()))
-        except UnsupportedEventError:
-            if strict:
-                raise
-            continue
-        worst = max(found, key=lambda r: r[1])
-        lowers = [r[3] for r in found if r[3] is not None]
-        results.append(worst[:3] + (max(lowers) if lowers else None, worst[4]))
-    return results

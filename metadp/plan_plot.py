@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from metadp.core.validation import check_count, check_delta
+from metadp.accounting.certify import accountant_names, certify
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
@@ -76,13 +77,6 @@ def check_plot_path(path, overwrite: bool) -> Tuple[Path, str]:
     return path, fmt
 
 
-def _check_accountants(accountants) -> Tuple[str, ...]:
-    names = (accountants,) if isinstance(accountants, str) else tuple(accountants)
-    if not names or any(n not in ACCOUNTANTS for n in names) or len(set(names)) != len(names):
-        raise ValueError(f"accountants must be distinct names among {tuple(ACCOUNTANTS)}, got {accountants!r}")
-    return names
-
-
 def _step_grid(steps: int, points: int) -> np.ndarray:
     """Log-spaced training step counts from 1 to ``steps`` (both included, at most ``points``)."""
     grid = np.round(np.geomspace(1, steps, min(points, steps))).astype(int)
@@ -111,18 +105,10 @@ def _reported(report: Report, unit: str, name: str) -> Optional[float]:
 
 
 def _full_epsilon(name: str, view: UnitView, delta: float) -> Tuple[float, List[str]]:
-    """The certified epsilon of the whole view, as ``metadp.plan.plan_epsilon`` computes it: the
-    largest over the view's alternative events."""
-    values, notes = [], []
-    for event in view.events:
-        acc = ACCOUNTANTS[name](relation=view.relation).compose(event, view.steps)
-        if name == "pld":
-            bounds = acc.get_epsilon_bounds(delta)
-            values.append(bounds.epsilon_upper)
-            notes += [f"{view.unit}, PLD: {n}" for n in bounds.notes]
-        else:
-            values.append(acc.get_epsilon(delta))
-    return max(values), notes
+    """The certified epsilon of the whole view, as ``metadp.plan.plan_epsilon`` computes it (``certify``: the
+    largest over the view's alternative events), with its notes."""
+    found = certify(view.events, delta, steps=view.steps, relation=view.relation, accountant=name).tightest
+    return found.epsilon, [f"{view.unit}, {name.upper()}: {n}" for n in found.notes]
 
 
 def _series(name: str, view: UnitView, counts: Sequence[int], delta: float,
@@ -246,7 +232,7 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
         raise ValueError(f"plan must be a metadp Plan, got {type(plan).__name__}")
     delta = plan.delta if delta is None else check_delta("delta", delta)
     points = check_count("points", points, minimum=2)
-    names = _check_accountants(accountants)
+    names = accountant_names(accountants)
     path, fmt = check_plot_path(path, overwrite)
     _check_report(report, plan, delta)
     require_matplotlib()  # fail before the accounting, not after

@@ -15,12 +15,11 @@ import math
 from typing import Any, Dict, Optional, Tuple
 
 from metadp import __version__
-from metadp.accounting.pld import RDP_REPORTED, REVEALED_COUNT_REPORTED
+from metadp.accounting.registry import accountant_class
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
-__all__ = ["Report", "build_report", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon",
-           "ACCOUNTANT_CITATIONS"]
+__all__ = ["Report", "build_report", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
 
 _UNIT_TEXT = {
     "record": "one record (a single training example)",
@@ -226,17 +225,18 @@ def _noise_text(n: Dict[str, Any]) -> str:
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
-def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lower=None, notes=(),
-                 alternatives=(), view=None, other_units=()) -> Report:
-    """Assembles the report of ``plan`` from an accountant's result (used by ``plan_epsilon``)."""
-    assumptions, citations, warnings = _analysis_notes(plan, accountant, order, view, other_units)
+def build_report(plan, certificate, *, alternatives=(), view=None, other_units=()) -> Report:
+    """Assembles the report of ``plan`` from the tightest accountant's ``Certificate`` (``plan_epsilon``);
+    ``alternatives``: every accountant's certificate, listed where the plan asked for all of them."""
+    epsilon, notes = certificate.epsilon, certificate.notes
+    assumptions, citations, warnings = _analysis_notes(plan, certificate, view, other_units)
     warnings += list(notes)
-    _fallback_notes(notes, assumptions, citations)
     if math.isinf(epsilon):
         warnings.insert(0, f"no finite epsilon is certified: at delta {plan.delta:g} every accountant that handles this "
                            "plan gives infinity (too little noise, or a non-private release), so the plan protects "
                            "nothing as written")
-    alts = tuple({"accountant": a, "epsilon": e, "epsilon_lower": lo} for a, e, lo in alternatives)
+    alts = tuple({"accountant": c.accountant, "epsilon": c.epsilon, "epsilon_lower": c.epsilon_lower}
+                 for c in alternatives)
     lowers = [a for a in alts if a["epsilon_lower"] is not None]
     for a in lowers:  # a certified lower bound above another certified upper bound is a contradiction
         for b in alts:
@@ -244,10 +244,10 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
                 warnings.append(f"accountants disagree beyond their error bars: {a['accountant']} lower bound "
                                 f"{a['epsilon_lower']:.6g} > {b['accountant']} upper bound {b['epsilon']:.6g}; "
                                 "please report this plan")
-    for alt in alts:
-        citations += ACCOUNTANT_CITATIONS[alt["accountant"]]
+    for alt in alternatives:
+        citations += alt.citations
     for other in other_units:
-        citations += ACCOUNTANT_CITATIONS[other["accountant"]]
+        citations += accountant_class(other["accountant"]).citations
     if plan.claim and "epsilon" in plan.claim:
         claimed = float(plan.claim["epsilon"])
         if claimed < epsilon * (1 - 1e-9):
@@ -256,40 +256,21 @@ def build_report(plan, epsilon: float, order: float, accountant, *, epsilon_lowe
     sampling = plan.sampling.to_dict()
     noise = {k: v for k, v in dataclasses.asdict(plan.noise).items() if v is not None}
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
-                  sampling=sampling, noise=noise, steps=plan.steps, accountant=accountant.name,
-                  order=order, conversion=accountant.conversion, assumptions=tuple(assumptions),
+                  sampling=sampling, noise=noise, steps=plan.steps, accountant=certificate.accountant,
+                  order=certificate.order if certificate.order is not None else math.nan,
+                  conversion=certificate.conversion, assumptions=tuple(assumptions),
                   citations=tuple(dict.fromkeys(citations)), warnings=tuple(warnings), claim=plan.claim,
-                  epsilon_lower=epsilon_lower, alternatives=alts, other_units=tuple(other_units),
+                  epsilon_lower=certificate.epsilon_lower, alternatives=alts, other_units=tuple(other_units),
                   group_size=plan.group_size)
 
 
-def _fallback_notes(notes, assumptions: list, citations: list) -> None:
-    """Where the PLD accountant reported another of its bounds (its notes say so, ``metadp.accounting.pld``), the
-    assumption and the citations that bound rests on travel with the number."""
-    if any(n.endswith(RDP_REPORTED) for n in notes):
-        assumptions.append("the number reported is the PLD accountant's RDP bound of the same events (smaller than "
-                           "its lattice bound here): RDP of the sampled Gaussian (Mironov, Talwar & Zhang 2019), "
-                           "composed, and converted by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over the "
-                           "Renyi order")
-        citations += ["mironov2017renyi", "mironov2019sampled", "canonne2020discrete", "asoodeh2021three"]
-    if any(n.endswith(REVEALED_COUNT_REPORTED) for n in notes):
-        assumptions.append("the number reported is the revealed-count bound (metadp.accounting._revealed_count): "
-                           "the count of steps that sampled the unit revealed, a sum over its binomial law of "
-                           "composed Gaussian profiles")
-
-
-ACCOUNTANT_CITATIONS = {
-    "rdp": ["mironov2017renyi", "canonne2020discrete"],
-    "pld": ["zhu2022optimal", "doroshenko2022connect", "higham2002accuracy"],
-}
-
-
-def _analysis_notes(plan, accountant, order, view=None, other_units=()):
-    """The assumptions, citation keys and warnings that the plan's analysis rests on."""
+def _analysis_notes(plan, certificate, view=None, other_units=()):
+    """The assumptions, citation keys and warnings that the plan's analysis rests on (the accountant's method's
+    own from its ``Certificate``, last)."""
     unit = plan.unit if plan.unit != "group" else "unit"
     s = plan.sampling
     assumptions = []
-    citations = list(ACCOUNTANT_CITATIONS[accountant.name])
+    citations = list(certificate.citations)
     warnings = []
     if plan.noise.mechanism == "gaussian":
         per = s.contributor(unit)
@@ -315,24 +296,7 @@ def _analysis_notes(plan, accountant, order, view=None, other_units=()):
     assumptions.append(f"all {plan.steps:,} steps' outputs may be released; composition is adaptive")
     assumptions.append("the clipping threshold and noise are fixed in advance or chosen from previously "
                        "released noisy outputs (never from raw gradient norms)")
-    if accountant.conversion == "cks":
-        citations += ["canonne2020discrete", "asoodeh2021three"]
-        assumptions.append("RDP to (epsilon, delta) by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over "
-                           "the Renyi order")
-    if accountant.name == "pld" and getattr(plan.sampling, "scheme", None) == "balls_in_bins":
-        assumptions.append("each pass as a discrete pair that dominates the random-allocation pair (each step's "
-                           "likelihood-ratio factor rounded to a lattice by mean-preserving randomised rounding, "
-                           "exact Gaussian cell masses, the pass's sum by FFT), composed by (tilted) FFT; every "
-                           "truncated mass and the proven round-off charged to delta (metadp.accounting."
-                           "allocation_pld); an upper bound only: the lattice gives no lower bound for this pair, "
-                           "and the interval's lower end is the scheme's own (the max-over-steps event)")
-    elif accountant.name == "pld":
-        assumptions.append("privacy loss distributions of the dominating pairs on a lattice, pessimistic by "
-                           "connect-the-dots and optimistic by one event of the composed output, composed by "
-                           "(tilted) FFT; every truncated mass and the proven round-off of the cell masses and "
-                           "of the FFT charged to delta (metadp.accounting.pld)")
-    if accountant.name == "rdp" and order is not None and math.isnan(order):
-        citations.append("bretagnolle1979estimation")  # epsilon 0 certified by the total-variation bound
+    assumptions += certificate.assumptions
     if plan.unit == "task" and not any(o["unit"] == "record" for o in other_units):
         warnings.append("task-level guarantee: it protects a whole task or client. A single record that appears "
                         "in many tasks or episodes has a different (record-level) guarantee, which this report "

@@ -17,7 +17,6 @@ releases nothing).
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Callable, Optional
 
@@ -25,20 +24,14 @@ from scipy import optimize
 
 from metadp.core.validation import check_count, check_delta, check_real
 from metadp.core import events as ev
-from metadp.accounting.registry import ACCOUNTANTS, accountant_class
+from metadp.accounting.certify import accountant_names, certify
+from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 
 __all__ = ["ACCOUNTANTS", "certified_epsilon", "calibrate_noise", "max_steps", "max_rate"]
 
 _NOISE_RANGE = (1e-6, 1e6)  # noise multipliers searched by calibrate_noise
 _MIN_RATE = 1e-12  # the smallest sampling rate max_rate tries
-
-
-def _accountant(accountant: str, relation: str, timed: bool):
-    cls = accountant_class(accountant)
-    if not timed and "max_seconds" in inspect.signature(cls).parameters:  # the final check has no time budget
-        return cls(relation=relation, max_seconds=math.inf)
-    return cls(relation=relation)
 
 
 def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_remove",
@@ -48,23 +41,17 @@ def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_rem
     The PLD accountant refines its lattice here without a time limit (to its tolerance or its point
     budget), so the number does not depend on how fast the machine is.
     """
-    return _accountant(accountant, relation, timed=False).compose(event).get_epsilon(delta)
+    return certify(event, delta, relation=relation, accountant=accountant, max_seconds=math.inf).epsilon
 
 
 def _search(event: ev.Event, delta: float, relation: str, accountant: str):
-    """(a certified epsilon for the search, with the PLD accountant's default time budget; whether
-    ``certified_epsilon`` gives the very same number): it does where the
-    time budget did not decide anything, i.e. for an accountant without one, and for the PLD accountant
-    when its refinement was not stopped by it (the refinement is otherwise deterministic, so the untimed
-    run takes the same rounds to the same bounds). The final check then reuses the search's value
-    instead of computing it again."""
-    acc = _accountant(accountant, relation, timed=True).compose(event)
-    if "max_seconds" not in inspect.signature(type(acc)).parameters:
-        return acc.get_epsilon(delta), True
-    if hasattr(acc, "get_epsilon_bounds"):
-        result = acc.get_epsilon_bounds(delta)
-        return result.epsilon_upper, not getattr(result, "stopped_by_time", True)
-    return acc.get_epsilon(delta), False
+    """(a certified epsilon for the search, with the accountant's default time budget; whether
+    ``certified_epsilon`` gives the very same number): it does where the time budget did not decide
+    anything (an accountant without one, or refinement not stopped by it: it is otherwise deterministic,
+    so the untimed run takes the same rounds to the same bounds). The final check then reuses the
+    search's value instead of computing it again."""
+    found = certify(event, delta, relation=relation, accountant=accountant).tightest
+    return found.epsilon, not found.stopped_by_time
 
 
 class _Searched:
@@ -120,7 +107,7 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
             does (no smallest one in range; epsilon 0 there means the plan releases nothing).
     """
     target, delta = _check_target(target_epsilon, delta)
-    _accountant(accountant, relation, timed=True)  # validates the name
+    accountant_names(accountant)  # validates the name
     searched = _Searched(make_event, delta, relation, accountant, progress)
     start = 1.0
     if accountant != "rdp":  # the RDP answer (fast) meets the target with a bound at least this one's
@@ -194,7 +181,7 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     """
     target, delta = _check_target(target_epsilon, delta)
     cap = ev.MAX_COUNT if limit is None else check_count("limit", limit, minimum=1, maximum=ev.MAX_COUNT)
-    _accountant(accountant, relation, timed=True)  # validates the name
+    accountant_names(accountant)  # validates the name
 
     searched = _Searched(lambda t: ev.SelfComposed(step_event, t), delta, relation, accountant, progress)
 
@@ -284,7 +271,7 @@ def max_rate(make_event: Callable[[float], ev.Event], target_epsilon: float, del
         ValueError: if even a rate of 1e-12 (the smallest tried) exceeds the target.
     """
     target, delta = _check_target(target_epsilon, delta)
-    _accountant(accountant, relation, timed=True)  # validates the name
+    accountant_names(accountant)  # validates the name
 
     searched = _Searched(make_event, delta, relation, accountant, progress)
 

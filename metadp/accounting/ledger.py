@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from metadp.core.validation import check_count, check_delta
 from metadp.core import events as ev
 from metadp.accounting.rdp_accountant import RELATIONS
+from metadp.accounting.certify import certify
 from metadp.accounting.registry import make_accountant
 from metadp.core.serialize import event_to_dict
 from metadp.accounting._ledger_file import (
@@ -321,17 +322,26 @@ class Ledger:
             ValueError: on an unknown kind.
             UnsupportedEventError: if the accountant cannot interpret an entry's event (named).
         """
-        acc = make_accountant(kind, self.relation, **options)
+        return self._compose_into(make_accountant(kind, self.relation, **options))
+
+    def certify(self, delta: Optional[float] = None, accountant="all"):
+        """Every named accountant's certificate of the releases on record (``metadp.accounting.certify``) at
+        ``delta`` (default: the ledger's delta); ``.tightest`` is the bound to report."""
+        delta = self.delta if delta is None else check_delta("delta", delta)
+        return certify(None, delta, relation=self.relation, accountant=accountant, composed=self._compose_into)
+
+    def _compose_into(self, acc):
         for event, count in self._totals.items():
             acc.compose(event, count)
         return acc
 
-    def spent(self, delta: Optional[float] = None, kind: str = "pld") -> float:
-        """The certified epsilon (an upper bound) spent so far at ``delta`` (default: the ledger's delta)."""
+    def spent(self, delta: Optional[float] = None, accountant="all") -> float:
+        """The certified epsilon (an upper bound; the tightest of ``accountant``, default every one that
+        interprets the entries) spent so far at ``delta`` (default: the ledger's delta)."""
         delta = self.delta if delta is None else check_delta("delta", delta)
         if not self._totals:
             return 0.0
-        return float(self.accountant(kind).get_epsilon(delta))
+        return float(self.certify(delta, accountant).epsilon)
 
     def __repr__(self) -> str:
         return (f"Ledger({self._path!r}, {len(self._records)} entries, unit {self.unit}, "

@@ -21,13 +21,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import optimize
 
 from metadp.accounting._rdp_events import (DEFAULT_ORDERS, RELATIONS, UnsupportedEventError, event_delta_charge,
                                            event_rdp, less_charge, times)
+from metadp.accounting.certificate import Certificate
 from metadp.core.validation import check_count, check_delta, check_real
 from metadp.core import events as ev
 from metadp.core.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
@@ -62,6 +63,8 @@ class RdpAccountant:
     """
 
     name = "rdp"
+    timed = False  # no refinement time budget: the same number on any machine
+    citations = ("mironov2017renyi", "canonne2020discrete")
 
     def __init__(self, relation: str = "add_remove", conversion: str = "cks", orders=None):
         if relation not in RELATIONS:
@@ -89,6 +92,18 @@ class RdpAccountant:
             self._charge += times(count, charge)
         self._ledger.append(LedgerEntry(event, count))
         return self
+
+    def why_unsupported(self, event: ev.Event) -> Optional[str]:
+        """None if this accountant can interpret ``event`` under its relation, else the reason."""
+        try:
+            self._curve(event, tuple(self._orders))
+        except UnsupportedEventError as err:
+            return str(err)
+        return None
+
+    def supports(self, event: ev.Event) -> bool:
+        """Whether ``compose(event)`` would succeed (``why_unsupported`` says why not)."""
+        return self.why_unsupported(event) is None
 
     @property
     def ledger(self) -> Tuple[LedgerEntry, ...]:
@@ -126,6 +141,20 @@ class RdpAccountant:
     def get_epsilon(self, delta: float) -> float:
         """Certified epsilon at ``delta`` (upper bound)."""
         return self.get_epsilon_and_order(delta)[0]
+
+    def certify(self, delta: float) -> Certificate:
+        """The certified epsilon at ``delta`` with the order it was read at and what the bound rests on (the
+        interface every accountant shares, ``metadp.accounting.certify``); RDP gives no lower bound."""
+        epsilon, order = self.get_epsilon_and_order(delta)
+        citations, assumptions = list(self.citations), []
+        if self.conversion == "cks":
+            citations += ["canonne2020discrete", "asoodeh2021three"]
+            assumptions.append("RDP to (epsilon, delta) by Canonne, Kamath & Steinke 2020, Prop. 12, minimised over "
+                               "the Renyi order")
+        if math.isnan(order):
+            citations.append("bretagnolle1979estimation")  # epsilon 0 certified by the total-variation bound
+        return Certificate(self.name, epsilon, delta, self.conversion, order=order, assumptions=tuple(assumptions),
+                           citations=tuple(dict.fromkeys(citations)))
 
     def get_epsilon_and_order(self, delta: float) -> Tuple[float, float]:
         """(epsilon, optimal order) at ``delta``; the order is nan when epsilon = 0 by the TV bound."""

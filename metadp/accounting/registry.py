@@ -1,5 +1,7 @@
 """The accountants by name: the one table every caller (plans, calibration, the ledger, the trainer's
-budget, the CLI) looks them up in. A new accountant is one entry here (and its contract tests)."""
+budget, the CLI) looks them up in, through ``metadp.accounting.certify``. A new accountant is a class with
+the interface that module describes and one entry here; ``tests/accounting/test_certify.py`` runs the
+interface's contract on every entry."""
 
 from __future__ import annotations
 

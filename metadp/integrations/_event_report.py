@@ -13,13 +13,12 @@ import json
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from metadp.accounting import Event, RdpAccountant, UnsupportedEventError
-from metadp.accounting.pld import PldAccountant
+from metadp.accounting import Event
+from metadp.accounting.certify import accountant_names, certify
 from metadp.report import format_lower, format_upper, interval_width, interval_width_text, json_epsilon
 
 __all__ = ["EventReport", "event_report"]
 
-_ACCOUNTANTS = {"rdp": RdpAccountant, "pld": PldAccountant}
 _UNITS = ("record", "task")
 _RELATIONS = {"add_remove": "add/remove: neighbouring datasets differ by one {unit} added or removed",
               "substitute": "substitution: neighbouring datasets differ by one {unit} replaced by another"}
@@ -98,32 +97,17 @@ def event_report(event: Event, delta: float, *, unit: str = "record", relation: 
         raise ValueError(f"unit must be one of {_UNITS}, got {unit!r}")
     if relation not in _RELATIONS:
         raise ValueError(f"relation must be one of {tuple(_RELATIONS)}, got {relation!r}")
-    names = tuple(_ACCOUNTANTS) if accountant == "all" else (accountant,)
-    if accountant != "all" and accountant not in _ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {tuple(_ACCOUNTANTS) + ('all',)}, got {accountant!r}")
-    found, errors, notes = [], [], []
-    for n in names:
-        try:
-            # the PLD accountant refines without a time limit (its point budget bounds it): the same event
-            # gives the same number on any machine
-            options = {"max_seconds": math.inf} if n == "pld" else {}
-            acc = _ACCOUNTANTS[n](relation=relation, **options).compose(event)
-        except UnsupportedEventError as err:
-            errors.append(err)
-            continue
-        if n == "pld":
-            bounds = acc.get_epsilon_bounds(delta)
-            found.append({"accountant": n, "epsilon": bounds.epsilon_upper, "epsilon_lower": bounds.epsilon_lower})
-            notes += list(bounds.notes)
-        else:
-            found.append({"accountant": n, "epsilon": acc.get_epsilon(delta), "epsilon_lower": None})
-    if not found:
-        raise errors[0] if len(errors) == 1 else ValueError("; ".join(str(e) for e in errors))
-    best = min(found, key=lambda a: a["epsilon"])
-    lowers = [a["epsilon_lower"] for a in found if a["epsilon_lower"] is not None]
+    # the PLD accountant refines without a time limit (its point budget bounds it): the same event gives the
+    # same number on any machine
+    found = certify(event, delta, relation=relation, accountant=accountant_names(accountant), max_seconds=math.inf)
+    best = found.tightest
+    lowers = [c.epsilon_lower for c in found.certificates if c.epsilon_lower is not None]
+    notes = [n for c in found.certificates for n in c.notes]
     every = [f"every release in the event is made as described: {event.describe()}",
              "composition is adaptive; all outputs may be released"]
-    return EventReport(name=name, event=event.describe(), epsilon=best["epsilon"],
+    alternatives = tuple({"accountant": c.accountant, "epsilon": c.epsilon, "epsilon_lower": c.epsilon_lower}
+                         for c in found.certificates)
+    return EventReport(name=name, event=event.describe(), epsilon=best.epsilon,
                        epsilon_lower=max(lowers) if lowers else None, delta=delta, unit=unit, relation=relation,
-                       accountant=best["accountant"], alternatives=tuple(found),
+                       accountant=best.accountant, alternatives=alternatives,
                        assumptions=tuple(assumptions) + tuple(every), warnings=tuple(notes))

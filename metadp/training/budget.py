@@ -22,7 +22,7 @@ from metadp.core.validation import check_count, check_delta, check_real
 from metadp.core import events as ev
 from metadp.report import format_upper
 from metadp.accounting.calibration import calibrate_noise, max_steps
-from metadp.accounting.registry import accountant_class, make_accountant
+from metadp.accounting.certify import accountant_names, certify, trajectory
 
 __all__ = ["BudgetSchedule", "budget_schedule", "noise_for_budget"]
 
@@ -55,13 +55,14 @@ class BudgetSchedule:
         return self.epsilons[i]
 
     def describe(self) -> str:
-        return (f"budget epsilon <= {self.target_epsilon:g} at delta = {self.delta:g} ({self.accountant.upper()}, "
+        how = "tightest accountant" if self.accountant == "all" else f"{self.accountant.upper()} accountant"
+        return (f"budget epsilon <= {self.target_epsilon:g} at delta = {self.delta:g} ({how}, "
                 f"{self.relation}): stop after step {self.last_step:,} of {self.max_steps:,} "
                 f"(epsilon <= {format_upper(self.final_epsilon)})")
 
 
 def budget_schedule(step_event: ev.Event, steps: int, target_epsilon: float, delta: float, *,
-                    relation: str = "add_remove", accountant: str = "pld", checkpoints: int = 64) -> BudgetSchedule:
+                    relation: str = "add_remove", accountant: str = "all", checkpoints: int = 64) -> BudgetSchedule:
     """The schedule of a run of up to ``steps`` releases of ``step_event``.
 
     Args:
@@ -69,27 +70,25 @@ def budget_schedule(step_event: ev.Event, steps: int, target_epsilon: float, del
         steps: the number of steps asked for (>= 1).
         target_epsilon: the budget (> 0), at ``delta``.
         relation: the neighbouring relation of the step event.
-        accountant: ``"pld"`` (tight) or ``"rdp"``.
+        accountant: ``"all"`` (the tightest of every accountant that interprets the event, as plans do), or
+            one registered name.
         checkpoints: trajectory points (log-spaced, always including ``steps``).
     """
     steps = check_count("steps", steps, minimum=1)
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     delta = check_delta("delta", delta)
-    accountant_class(accountant)  # an unknown name fails here, before any work
+    accountant_names(accountant)  # an unknown name fails here, before any work
     last = max_steps(step_event, target, delta, relation=relation, accountant=accountant, limit=steps)
     grid = np.unique(np.concatenate([np.round(np.geomspace(1, steps, min(checkpoints, steps))).astype(int),
                                      [steps] + ([last] if last else [])]))
-    acc = make_accountant(accountant, relation)
-    trajectory = acc.trajectory([int(t) for t in grid], delta, step_event=step_event)
-    final = 0.0
-    if last:
-        final = make_accountant(accountant, relation).compose(step_event, last).get_epsilon(delta)
+    epsilons = trajectory(step_event, [int(t) for t in grid], delta, relation=relation, accountant=accountant)
+    final = certify(step_event, delta, steps=last, relation=relation, accountant=accountant).epsilon if last else 0.0
     return BudgetSchedule(target, delta, relation, accountant, step_event, steps, last,
-                          tuple(int(t) for t in grid), tuple(float(e) for e in trajectory), float(final))
+                          tuple(int(t) for t in grid), epsilons, float(final))
 
 
 def noise_for_budget(make_step_event: Callable[[float], ev.Event], steps: int, target_epsilon: float, delta: float,
-                     *, relation: str = "add_remove", accountant: str = "pld", rtol: float = 1e-3) -> float:
+                     *, relation: str = "add_remove", accountant: str = "all", rtol: float = 1e-3) -> float:
     """The smallest noise multiplier whose ``steps`` steps stay within the budget (certified)."""
     steps = check_count("steps", steps, minimum=1)
     return calibrate_noise(lambda z: ev.SelfComposed(make_step_event(z), steps), target_epsilon, delta,

@@ -14,8 +14,8 @@ import dataclasses
 from typing import Any, Dict, Optional, Sequence
 
 from metadp import __version__
-from metadp.accounting.registry import make_accountant
-from metadp.report import ACCOUNTANT_CITATIONS, Report
+from metadp.accounting.registry import accountant_class, make_accountant
+from metadp.report import Report
 from metadp.sampling import Guarantee, Sampling
 
 __all__ = ["run_report"]
@@ -39,9 +39,9 @@ def run_report(name: str, primary: Optional[Guarantee], others: Sequence[Guarant
         f"the adversary: {primary.adversary}",
         "every release is recorded in the view's hash-chained ledger before it is used; epsilon is recomputed "
         "from the ledger (metadp.accounting.ledger)")
-    citations = list(scheme.citations) + list(ACCOUNTANT_CITATIONS[primary.accountant])
+    citations = list(scheme.citations) + list(accountant_class(primary.accountant).citations)
     for g in others:
-        citations += ACCOUNTANT_CITATIONS[g.accountant]
+        citations += accountant_class(g.accountant).citations
     report = Report(name=name, epsilon=primary.epsilon, delta=delta, unit=primary.unit, relation=primary.relation,
                     sampling=scheme.to_dict(), noise=noise, steps=steps, accountant=primary.accountant, order=None,
                     conversion=make_accountant(primary.accountant).conversion, assumptions=assumptions,

@@ -28,7 +28,7 @@ from metadp.training.report import run_report
 from metadp.training.samplers import EpisodicSampler, sampler_for
 from metadp.training.tasks import FreshEpisodes
 
-__all__ = ["stream_seed", "run_views", "calibrate", "accountant_for"]
+__all__ = ["stream_seed", "run_views", "calibrate"]
 
 
 def _json_safe(d: dict) -> dict:
@@ -146,15 +146,8 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
         v = next(v for v in run_views(pool, configured(z), plan=plan, multiplicity=k)[1] if v.key == key)
         return ev.SelfComposed(v.event, count)
 
-    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant=accountant_for(view.event),
-                        rtol=rtol)
+    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant="all", rtol=rtol)
     return configured(z, c)
-
-
-def accountant_for(event) -> str:
-    """The accountant of a view's event: PLD (tight) unless it has no dominating pair for the event
-    (fixed-size batches, ``FixedSizeSampled``: RDP, Wang, Balle & Kasiviswanathan 2019, arXiv:1808.00087)."""
-    return "rdp" if isinstance(event, ev.FixedSizeSampled) else "pld"
 
 
 class _Run:
@@ -194,7 +187,7 @@ class _Run:
         self.last_step, self.visit_cap, self.pass_cap, self.schedule = c.steps, math.inf, math.inf, None
         p = self.primary
         if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
-            kind = accountant_for(p.event)
+            kind = "all"  # the tightest of every accountant that interprets the event, as plans are certified
             if p.charge == "step":
                 self.schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation,
                                                 accountant=kind)
@@ -280,8 +273,7 @@ class _Run:
         if self.schedule is not None and len(ledger.entries) <= self.schedule.checkpoints[-1]:
             return self.schedule.epsilon_after(len(ledger.entries))
         if self._spent_cache[0] != len(ledger.entries):
-            self._spent_cache = (len(ledger.entries),
-                                 ledger.spent(self.config.delta, kind=accountant_for(self.primary.event)))
+            self._spent_cache = (len(ledger.entries), ledger.spent(self.config.delta))
         return self._spent_cache[1]
 
     def visits_on_record(self) -> int:
@@ -334,19 +326,19 @@ class _Run:
         entries, certified = [], {}
         for v in self.views:
             ledger = self.ledgers.get(v.key)
-            kind = accountant_for(v.event)
-            eps = ledger.spent(c.delta, kind=kind) if ledger is not None else None
-            eps = eps if eps is not None and math.isfinite(eps) else None
-            if eps is not None:
-                # PLD also certifies a lower bound on the optimal epsilon of the same ledger (RDP does not)
-                lower = (ledger.accountant("pld").get_epsilon_bounds(c.delta).epsilon_lower
-                         if kind == "pld" and ledger.entries else None)
-                certified[v.key] = v.certified(eps, lower, kind)
+            eps = kind = None
+            if ledger is not None:  # every accountant that interprets the releases; the tightest is reported
+                found = ledger.certify(c.delta)
+                kind = found.tightest.accountant
+                eps = found.epsilon if math.isfinite(found.epsilon) else None
+                lowers = [x.epsilon_lower for x in found.certificates if x.epsilon_lower is not None]
+                if eps is not None:
+                    certified[v.key] = v.certified(eps, max(lowers) if lowers and ledger.entries else None, kind)
             entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
                             "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
                             "epsilon": eps, "guarantee": "none" if eps is None else "upper bound",
                             "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
-                            "accountant": kind if ledger is not None else None, "note": v.reason})
+                            "accountant": kind, "note": v.reason})
         plan, scheme = self.plan, of_run(self.plan)
         name = f"metadp train {c.algorithm}"
         noise = {"mechanism": "gaussian", "multiplier": c.noise_multiplier} if c.private else None

@@ -64,7 +64,7 @@ from metadp.training import functional as F
 from metadp.training import run_folder
 from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
 from metadp.training.contributions import resolve as contribution_of
-from metadp.training.run_state import _Run, _json_safe, accountant_for, calibrate, run_views, stream_seed
+from metadp.training.run_state import _Run, _json_safe, calibrate, run_views, stream_seed
 
 __all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
            "SAMPLERS", "ResumeWarning", "TrainingInterrupted"]
@@ -136,7 +136,7 @@ def _check_ledgers(out: Path, state, changed, run: _Run, warn) -> None:
         return
     primary = state.ledgers.get(f"ledger-{run.primary.key}.jsonl") if run.primary is not None else None
     spent = (f"the {run.primary.key} view has spent epsilon <= "
-             f"{format_upper(primary.spent(run.config.delta, kind=accountant_for(run.primary.event)))} at delta "
+             f"{format_upper(primary.spent(run.config.delta))} at delta "
              f"{run.config.delta:g}" if primary is not None and len(primary) else None)
     warn(run_folder.lost_checkpoint_note(out, state, spent))
 

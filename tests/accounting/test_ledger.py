@@ -59,10 +59,10 @@ def test_spent_equals_composing_every_entry(tmp_path):
     with make(tmp_path / "l.jsonl", n=9) as ledger:
         rdp = one_by_one(ledger.entries, RdpAccountant()).get_epsilon(1e-6)
         pld = one_by_one(ledger.entries, PldAccountant()).get_epsilon(1e-6)
-        assert ledger.spent(kind="rdp") == pytest.approx(rdp, rel=1e-9)
+        assert ledger.spent(accountant="rdp") == pytest.approx(rdp, rel=1e-9)
         assert ledger.spent() == pytest.approx(pld, rel=1e-9)
-        assert ledger.spent(1e-5, kind="rdp") < ledger.spent(kind="rdp")
-        assert 0 < ledger.spent() <= ledger.spent(kind="rdp")  # the PLD bound is capped by the RDP one
+        assert ledger.spent(1e-5, accountant="rdp") < ledger.spent(accountant="rdp")
+        assert 0 < ledger.spent() <= ledger.spent(accountant="rdp")  # the PLD bound is capped by the RDP one
         assert isinstance(ledger.accountant("rdp"), RdpAccountant)
         with pytest.raises(ValueError, match="accountant must be one of"):
             ledger.accountant("prv")
@@ -80,7 +80,7 @@ def test_unaccountable_events_are_named_when_spent_is_asked(tmp_path):
     with Ledger.create(tmp_path / "l.jsonl", "add_remove", "record", 1e-6) as ledger:
         ledger.append(ev.FixedSizeSampled(5, 100, ev.Gaussian(1.0)), step=0)
         with pytest.raises(UnsupportedEventError, match="fixed-size sampling"):
-            ledger.spent(kind="rdp")
+            ledger.spent(accountant="rdp")
 
 
 def test_create_refuses_to_overwrite_and_checks_its_arguments(tmp_path):
@@ -348,7 +348,7 @@ def test_a_writer_killed_with_sigkill_leaves_a_ledger_that_opens(tmp_path):
     with ledger:
         assert len(ledger) >= acknowledged + 1  # every acknowledged append survived
         entries = ledger.entries
-        assert ledger.spent(kind="rdp") == pytest.approx(
+        assert ledger.spent(accountant="rdp") == pytest.approx(
             one_by_one(entries, RdpAccountant()).get_epsilon(1e-6), rel=1e-9)
         assert ledger.spent() == pytest.approx(one_by_one(entries, PldAccountant()).get_epsilon(1e-6), rel=1e-9)
         ledger.append(STEP, step=10**6)

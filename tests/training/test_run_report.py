@@ -61,14 +61,19 @@ def test_a_private_run_reports_its_budget_unit_like_a_plan(tmp_path, plan_json, 
     assert "Poisson, rate 0.1" in table and run["epsilon_display"] in table
 
 
-def test_fixed_size_batches_report_substitution_and_rdp(tmp_path, plan_json):
+def test_fixed_size_batches_report_substitution_and_the_tightest_accountant(tmp_path, plan_json):
     run = _run(tmp_path, "dp-maml", "--noise", "1.0", "--sampler", "fixed")
     _same_schema(run, plan_json)
-    assert run["relation"] == "substitute" and run["accountant"] == "rdp" and run["conversion"] == "cks"
-    assert run["sampling"]["scheme"] == "fixed" and run["sampling"]["batch_size"] == 4
-    # the oracle: 3 steps of 4 of 40 without replacement, substitution (sensitivity 2C), RDP
-    rdp = RdpAccountant("substitute").compose(FixedSizeSampled(4, 40, Gaussian(1.0), 2.0), 3).get_epsilon(1e-5)
-    assert run["epsilon"] == pytest.approx(rdp, rel=1e-9) and run["epsilon_lower"] is None
+    assert run["relation"] == "substitute" and run["sampling"]["scheme"] == "fixed"
+    assert run["sampling"]["batch_size"] == 4
+    # the oracle: 3 steps of 4 of 40 without replacement, substitution (sensitivity 2C); every accountant, the
+    # tightest reported, as ``metadp plan`` does (issue 29: the flag run used RDP only, 12.34 instead of 8.665)
+    event = FixedSizeSampled(4, 40, Gaussian(1.0), 2.0)
+    rdp = RdpAccountant("substitute").compose(event, 3).get_epsilon(1e-5)
+    pld = PldAccountant("substitute").compose(event, 3).get_epsilon_bounds(1e-5)
+    assert pld.epsilon_upper < rdp
+    assert run["accountant"] == "pld" and run["epsilon"] == pytest.approx(pld.epsilon_upper, rel=1e-9)
+    assert run["epsilon_lower"] == pytest.approx(pld.epsilon_lower, rel=1e-9)
 
 
 def test_a_non_private_run_has_the_keys_and_no_epsilon(tmp_path, plan_json):
