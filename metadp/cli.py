@@ -322,20 +322,24 @@ def _cmd_calibrate(args) -> None:
 
 
 def _cmd_verify(args) -> int:
-    return run_verify(args)  # 0 consistent, 1 VIOLATION, 3 inconclusive (metadp verify --help)
+    # 0 consistent, 1 VIOLATION, 3 inconclusive (metadp verify --help); ``verify run`` trains: torch, gated
+    return run_verify(args, load_run_audit=lambda: _needs_torch("metadp.verify.run_audit", "metadp verify run"))
 
 
-def _cmd_train(args) -> None:
-    # The one metadp module loaded on demand: the trainer needs torch, an optional dependency, and every
-    # other command (and this one's --help, from metadp.training.parser) must work without it.
+def _needs_torch(module: str, command: str):
+    """The torch gate: the one place metadp loads one of its modules on demand. The trainer and the run audit
+    need torch, an optional dependency, and every other command (and their --help) must work without it."""
     try:
-        command = importlib.import_module("metadp.training.command")
+        return importlib.import_module(module)
     except ModuleNotFoundError as err:
         if err.name != "torch":
             raise
-        raise ValueError('metadp train needs torch: pip install "metadp[train]" (CPU build first: '
+        raise ValueError(f'{command} needs torch: pip install "metadp[train]" (CPU build first: '
                          "pip install torch==2.13.0, or the build for your machine)") from None
-    command.run_train(args)
+
+
+def _cmd_train(args) -> None:
+    _needs_torch("metadp.training.command", "metadp train").run_train(args)
 
 
 _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,

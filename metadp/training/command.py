@@ -28,7 +28,6 @@ torch-free ``metadp.training.parser``).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 import sys
@@ -40,6 +39,7 @@ from tqdm import tqdm
 from metadp.report import format_upper
 from metadp.training import algorithms, data_setups, datasets, run_folder
 from metadp.training.arguments import check_device, check_train_args
+from metadp.training.engines import flower as flower_engine
 from metadp.training.federated import flower_refusal
 from metadp.training.parser import CLI_OBFUSCATIONS
 from metadp.plan import check_plan_certifies
@@ -238,8 +238,8 @@ def _run_plan(args) -> None:
     if long:  # a long run shows its bar from step 0
         bars.append(tqdm(total=plan.steps, file=sys.stderr, desc=args.algorithm, leave=False))
     try:
-        if flower:  # flwr is imported only here (metadp.training.federated checked that it is installed)
-            engine = importlib.import_module("metadp.integrations.flower")
+        if flower:  # metadp.training.federated checked that Flower is installed
+            engine = flower_engine
             setup["--engine"] = "flower"
             clients = engine.SimulatedTasks(args.data, args.pool, args.seed, data_dir=_folder(args.data_dir),
                                             rotations=args.rotations, norm=args.norm)

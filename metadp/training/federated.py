@@ -1,5 +1,5 @@
 """``metadp train ALGO --engine flower --plan FILE``: which runs the Flower engine takes, checked before
-anything is loaded or written (no torch, no flwr here; the engine is ``metadp.integrations.flower``).
+anything is loaded or written (no torch, no flwr here; the engine is ``metadp.training.engines.flower``).
 
 The Flower engine runs a plan file as a federated simulation: each of the plan's ``population`` tasks
 is one client (a Flower SuperNode whose ``partition-id`` is the task's index), the server samples the

@@ -64,6 +64,7 @@ from metadp.training import functional as F
 from metadp.training import run_folder
 from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
 from metadp.training.contributions import resolve as contribution_of
+from metadp.training.engines.local import LOCAL
 from metadp.training.run_state import _Run, _json_safe, calibrate, run_views, stream_seed
 
 __all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
@@ -163,7 +164,7 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
 
     ``engine``: where each step's per-task contributions are computed (None: here, the local engine).
     Otherwise an object with ``clipped_sum`` (the signature and result of this module's ``_clipped_sum``:
-    e.g. ``metadp.integrations.flower``, whose clients compute them) and ``report_fields()`` (merged into
+    e.g. ``metadp.training.engines.flower``, whose clients compute them) and ``report_fields()`` (merged into
     ``privacy_report.json``); sampling, noise, ledgers, update, checkpoints and report stay this loop's.
 
     ``audit``: test instrumentation of a canary audit (``metadp.verify.canaries``; never set by ``metadp
@@ -260,7 +261,8 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
     alg = c.family
     contribution = audit.contributions(contribution_of(alg))
-    clipped_sum = _clipped_sum if engine is None else engine.clipped_sum
+    engine = LOCAL if engine is None else engine
+    clipped_sum = engine.clipped_sum
     optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
     done, losses = 0, []
     if resume and (out / "checkpoint.pt").exists():
@@ -340,8 +342,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     if saved != done or not (out / "checkpoint.pt").exists():
         _checkpoint(out, params, optimizer, run, done, losses)
     report = run.report(done)
-    if engine is not None:
-        report.update(engine.report_fields())
+    report.update(engine.report_fields())
     (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     primary = next((v for v in report["views"] if v["view"] == run.primary.key), None) if run.primary else None
     if run.plan_file is not None:  # the plan's report: its epsilon is the primary guarantee's
@@ -356,31 +357,6 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
 
 
 _OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
-
-
-def _clipped_sum(alg, model, params, tasks, rows, weights, loss_fn, c: TrainConfig, run: _Run, contribution,
-                 threshold: Optional[float], raw_norms: bool):
-    """(sum of the weighted, clipped per-task contributions, their norms before clipping or None, the tasks'
-    losses), computed ``c.chunk_size`` tasks at a time where set: memory holds one chunk's per-task
-    contributions, never the whole lot's (lots of thousands of tasks; dp-maml.txt's L = 1,600). The same
-    sum as unchunked; an algorithm that draws noise inside each task draws it chunk by chunk (the same
-    distribution, another stream)."""
-    size = rows.numel()
-    step = c.chunk_size if c.chunk_size is not None else max(size, 1)
-    total, norms, losses = None, [], []
-    for start in range(0, max(size, 1), step):
-        part, w = rows[start:start + step], weights[start:start + step]
-        contributions, task_losses = contribution(alg, model, params, tasks, part, loss_fn, c, run.noise_gen)
-        found = None
-        if threshold is not None:
-            contributions, found = F.clip(contributions, threshold, c.clip_mode)
-        elif raw_norms:
-            found = F.flat_norms(contributions)
-        summed = F.masked_sum(contributions, w)
-        total = summed if total is None else {k: total[k] + summed[k] for k in total}
-        norms.append(found)
-        losses.append(task_losses)
-    return total, (torch.cat(norms) if norms[0] is not None else None), torch.cat(losses)
 
 
 def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:

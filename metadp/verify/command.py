@@ -35,7 +35,7 @@ from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
 from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
 from metadp.training.run_size import LIMIT_HOURS
-from metadp.verify.run_command import add_run_arguments, check_run_input, run_audit_command
+from metadp.verify.run_command import add_run_arguments, check_run_input
 from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 
 __all__ = ["add_verify_parser", "run_verify"]
@@ -403,8 +403,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def run_verify(args) -> int:
+def run_verify(args, load_run_audit=None) -> int:
     """Runs ``metadp verify`` for parsed ``args`` and returns the exit status (module docstring).
+
+    ``load_run_audit``: returns the module that runs ``metadp verify run`` (``metadp.verify.run_audit``, which
+    needs torch: the CLI passes its torch gate).
 
     Raises:
         ValueError: on bad input (the CLI prints it as one line and exits 2), before anything is
@@ -417,5 +420,8 @@ def run_verify(args) -> int:
         print(json.dumps(table.to_dict(), indent=2) if args.json else table.to_table())
         return {"all agree": 0, "DISAGREEMENT": 1}.get(table.verdict, 3)
     if args.mechanism == "run":
-        return run_audit_command(args)
+        if load_run_audit is None:
+            raise ValueError("metadp verify run trains a model: run it through the metadp command, or call "
+                             "metadp.verify.run_audit.run_audit_command")
+        return load_run_audit().run_audit_command(args)
     return _audit_command(args)

@@ -7,19 +7,16 @@ control, that is the control being caught), 2 bad input.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import json
 import math
-import sys
 from pathlib import Path
 
 from metadp.plan import load_plan
 from metadp.verify.canary_bounds import check_audit_plan
 from metadp.report import format_lower
-from metadp.training.run_size import check_run_size, plan_run_size, say_estimate
+from metadp.training.run_size import check_run_size, plan_run_size
 
-__all__ = ["add_run_arguments", "check_run_input", "run_audit_command", "RUN_FLAGS", "plot_canary_audits"]
+__all__ = ["add_run_arguments", "check_run_input", "RUN_FLAGS", "plot_canary_audits"]
 
 DEFECT_NAMES = ("low-noise", "no-clipping", "fixed-order")  # metadp.verify.canaries.DEFECTS (torch-free copy)
 SUPPORT_DEFECT = "second-order"  # metadp.verify.support_canaries.DEFECT (torch-free copy)
@@ -119,40 +116,6 @@ def check_run_input(args) -> None:
         raise ValueError('metadp verify run trains a model: install torch (pip install torch==2.13.0, then '
                          '"metadp[train]")')
     args.loaded_plan = plan
-
-
-def run_audit_command(args) -> int:
-    """Trains, audits and prints (table or ``--json``; ``--plot``); returns the exit status."""
-    say_estimate(args.run_size, f"metadp verify run {args.file} --plan {args.plan} (trains the audited run)", sys.stderr)
-    if args.file == "dp-maml-sample":
-        support = importlib.import_module("metadp.verify.support_canaries")
-        settings = {k: v for k, v in (("inner_lr", args.inner_lr), ("inner_noise", args.inner_noise),
-                                      ("inner_steps", args.inner_steps)) if v is not None}
-        width = args.hidden or 16
-        result = support.run_support_audit(args.loaded_plan, canaries=args.canaries, defect=args.plant_defect,
-                                           beta=args.alpha, seed=args.seed, outer_lr=args.outer_lr,
-                                           sizes=(1, width, width, 1), **settings)
-        return _print_audit(args, result)
-    canaries = importlib.import_module("metadp.verify.canaries")
-    result = canaries.run_canary_audit(args.loaded_plan, args.file, canaries=args.canaries, view=args.view or "task",
-                                       defect=args.plant_defect, kind=args.canary_kind or "gradient",
-                                       beta=args.alpha, seed=args.seed,
-                                       outer_lr=args.outer_lr,
-                                       sizes=(1, args.hidden or 40, args.hidden or 40, 1))
-    return _print_audit(args, result)
-
-
-def _print_audit(args, result: dict) -> int:
-    result["plan_file"] = args.plan
-    if args.plot:
-        plot_canary_audits([result], args.plot)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(audit_table(result))
-        if args.plot:
-            print(f"plot written to {args.plot}")
-    return 1 if result["verdict"] == "VIOLATION" else 0
 
 
 def audit_table(r: dict) -> str:

@@ -1,4 +1,4 @@
-"""DP-FedMeta on Flower (`metadp train ALGO --engine flower --plan FILE`, metadp.integrations.flower).
+"""DP-FedMeta on Flower (`metadp train ALGO --engine flower --plan FILE`, metadp.training.engines.flower).
 
 Most tests drive the server's strategy through an in-process stand-in for Flower's Grid that calls the
 real ClientApp directly (no Ray): the strategy, the clients and the trainer's loop are the ones a
@@ -77,7 +77,7 @@ def flower(monkeypatch):
     pytest.importorskip("flwr")
     from flwr.supercore.task_identity import TaskIdentity
 
-    from metadp.integrations import flower
+    from metadp.training.engines import flower
 
     # who this process is, to Flower's Message constructor (a ServerApp process has it set by Flower)
     for name, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
@@ -137,7 +137,7 @@ class Tasks:
         self.model = models.MLP()
 
     def __call__(self, pid):
-        from metadp.integrations.flower import ClientTask
+        from metadp.training.engines.flower import ClientTask
 
         if pid in self.fail:
             raise RuntimeError(f"client {pid} crashed")
@@ -422,7 +422,7 @@ class CrashingTasks:
         self.population, self.crash = population, frozenset(crash)
 
     def __call__(self, pid):
-        from metadp.integrations.flower import SimulatedTasks
+        from metadp.training.engines.flower import SimulatedTasks
 
         if pid in self.crash:
             raise RuntimeError(f"client {pid} crashed")

@@ -67,14 +67,21 @@ from metadp.training.federated import INSTALL_HINT
 from metadp.training.run_state import stream_seed
 from metadp.training.trainer import check_run, train
 
-try:
+try:  # an optional extra: this module imports without it, and each entry point says what to install
     import flwr
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 except ImportError as _err:  # pragma: no cover - exercised only without flwr
-    raise ImportError(f"metadp.integrations.flower needs Flower's simulation engine: {INSTALL_HINT}") from _err
+    flwr, _MISSING = None, _err
+
+
+def _require_flwr() -> None:
+    """Raises ImportError (with the install hint) where Flower's simulation engine is not installed."""
+    if flwr is None:
+        raise ImportError(f"the flower engine (metadp.training.engines.flower) needs Flower's simulation engine: "
+                          f"{INSTALL_HINT}") from _MISSING
 
 __all__ = ["ClientTask", "SimulatedTasks", "Population", "DpFedMetaStrategy", "client_app", "client_update",
            "server_app", "simulate", "DEFAULT_BACKEND"]
@@ -119,6 +126,7 @@ def _partition(context) -> int:
 def client_app(load_task: Callable[[int], ClientTask]) -> ClientApp:
     """The ClientApp of one client: ``load_task(partition_id)`` gives its task (picklable for a simulation:
     Ray sends it to the worker processes; cache inside it, it is called for every message)."""
+    _require_flwr()
     app = ClientApp()
 
     @app.query()
@@ -189,6 +197,7 @@ class DpFedMetaStrategy:
 
     def __init__(self, grid, clients: Dict[int, int], *, timeout: float = 600.0,
                  stop: Optional[threading.Event] = None):
+        _require_flwr()
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         self.grid, self.node_of, self.timeout = grid, dict(clients), float(timeout)
@@ -371,6 +380,7 @@ def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, ti
     the ``result`` or the ``error`` instead of raising it and sets its ``finished`` event when the run
     ends; setting its ``stop`` event stops the run at the server's next poll (as Ctrl-C does).
     """
+    _require_flwr()
     population = Population(plan.sampling.population)
     app = ServerApp()
 
@@ -409,6 +419,7 @@ def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load
         ValueError: a refusal (``train``'s, or the clients').
         TrainingInterrupted: on Ctrl-C, with the ledgers holding every release (``resume=True`` continues).
     """
+    _require_flwr()
     population = Population(plan.sampling.population)
     check_run(population, config, out_dir, resume=resume, resume_changed=resume_changed, setup=setup, plan=plan)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
