@@ -36,7 +36,7 @@ from typing import Callable, Optional
 import torch
 
 from metadp.core.validation import check_count, check_delta, check_positive, check_real
-from metadp.accounting.pld import PldAccountant
+from metadp.accounting.certify import certify
 from metadp.mechanisms import obfuscation as obfuscations
 from metadp.mechanisms.dp_pix import dp_pix, dp_pix_event
 from metadp.training.evaluate import Score
@@ -377,7 +377,7 @@ def percentage_gain(with_denoiser: torch.Tensor, without: torch.Tensor):
 
 # ------------------------------------------------------------------------------------------ privacy
 def _composed(epsilon: float, releases: int, delta: float) -> dict:
-    bound = PldAccountant().compose(dp_pix_event(epsilon, releases)).get_epsilon(delta)
+    bound = certify(dp_pix_event(epsilon, releases), delta, accountant="pld").epsilon
     return {"releases": releases, "epsilon_pure": releases * epsilon, "epsilon_at_delta": bound, "delta": delta,
             "direction": "upper bound (pure: basic composition, exact for n releases at delta 0; at delta: PLD)"}
 
