@@ -30,6 +30,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from metadp.accounting import _pld_lattice as _lat
+from metadp.accounting._pld_method import RDP_REPORTED, REVEALED_COUNT_REPORTED, pld_certificate
 from metadp.accounting.certificate import Certificate
 from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
 from metadp.accounting._pld_gaussian import gaussian_delta_bounds, gaussian_epsilon_bounds, gaussian_mu
@@ -47,39 +48,6 @@ __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 # charged to delta: at 1e-280 one Poisson step stalled after 9.5 s at a 0.8% interval, at 1e-290 refined 10.6 s to
 # no finite bound; at 1e-270 it is exact in milliseconds. Below it the revealed-count and RDP bounds answer.
 DELTA_FLOOR = 1e-270
-
-# How a note says that the upper end reported is not the lattice's (reports then cite what it rests on)
-RDP_REPORTED = "the RDP bound is reported"
-REVEALED_COUNT_REPORTED = "the revealed-count bound is reported"
-
-# What a report says its number rests on (``certify``)
-_METHOD = ("privacy loss distributions of the dominating pairs on a lattice, pessimistic by connect-the-dots and "
-           "optimistic by one event of the composed output, composed by (tilted) FFT; every truncated mass and the "
-           "proven round-off of the cell masses and of the FFT charged to delta (metadp.accounting.pld)")
-_ALLOCATION_METHOD = (
-    "each pass as a discrete pair that dominates the random-allocation pair (each step's likelihood-ratio factor "
-    "rounded to a lattice by mean-preserving randomised rounding, exact Gaussian cell masses, the pass's sum by FFT), "
-    "composed by (tilted) FFT; every truncated mass and the proven round-off charged to delta (metadp.accounting."
-    "allocation_pld); an upper bound only: the lattice gives no lower bound for this pair, and the interval's lower "
-    "end is the scheme's own (the max-over-steps event)")
-_RDP_FALLBACK = ("the number reported is the PLD accountant's RDP bound of the same events (smaller than its lattice "
-                 "bound here): RDP of the sampled Gaussian (Mironov, Talwar & Zhang 2019), composed, and converted by "
-                 "Canonne, Kamath & Steinke 2020, Prop. 12, minimised over the Renyi order")
-_REVEALED_COUNT_FALLBACK = ("the number reported is the revealed-count bound (metadp.accounting._revealed_count): the "
-                            "count of steps that sampled the unit revealed, a sum over its binomial law of composed "
-                            "Gaussian profiles")
-
-
-def _mentions(event: ev.Event, kind: type) -> bool:
-    """Whether ``event`` is or contains (in any field, at any depth) an event of type ``kind``."""
-    if isinstance(event, kind):
-        return True
-    for field in dataclasses.fields(event):
-        value = getattr(event, field.name)
-        values = value if isinstance(value, tuple) else (value,)
-        if any(isinstance(v, ev.Event) and _mentions(v, kind) for v in values):
-            return True
-    return False
 
 
 def _guarded_bounds(items, delta, tolerance, max_fft_size, max_memory, max_seconds, steps) -> PldResult:
@@ -219,19 +187,7 @@ class PldAccountant:
         """``get_epsilon_bounds`` as the interface every accountant shares (``metadp.accounting.certify``): the
         certified interval, the lattice spacing, the notes, and the assumptions and citations of the method,
         including those of the RDP or revealed-count bound where that is the number reported."""
-        result = self.get_epsilon_bounds(delta)
-        allocation = any(_mentions(entry.event, ev.RandomAllocation) for entry in self._ledger)
-        assumptions = [_ALLOCATION_METHOD if allocation else _METHOD]
-        citations = list(self.citations)
-        if any(n.endswith(RDP_REPORTED) for n in result.notes):
-            assumptions.append(_RDP_FALLBACK)
-            citations += ["mironov2017renyi", "mironov2019sampled", "canonne2020discrete", "asoodeh2021three"]
-        if any(n.endswith(REVEALED_COUNT_REPORTED) for n in result.notes):
-            assumptions.append(_REVEALED_COUNT_FALLBACK)
-        return Certificate(self.name, result.epsilon_upper, result.delta, self.conversion,
-                           epsilon_lower=result.epsilon_lower, lattice=result.h, notes=result.notes,
-                           assumptions=tuple(assumptions), citations=tuple(dict.fromkeys(citations)),
-                           stopped_by_time=result.stopped_by_time)
+        return pld_certificate(self, self.get_epsilon_bounds(delta))
 
     @property
     def ledger(self):
