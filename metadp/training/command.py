@@ -51,6 +51,38 @@ from metadp.training.trainer import TrainConfig, stream_seed, calibrate, train
 
 __all__ = ["run_train"]
 
+class _Bar:
+    """A run's progress bar on stderr: made on the first step, so a refusal before it prints one line only, or at
+    once (``now``) for a run long enough to say so. A context manager that closes it."""
+
+    def __init__(self, total: int, desc: str, now: bool = False):
+        self.total, self.desc, self.bar = total, desc, None
+        if now:
+            self._made()
+
+    def _made(self):
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, file=sys.stderr, desc=self.desc, leave=False)
+        return self.bar
+
+    def show(self, step: int, postfix: dict) -> None:
+        bar = self._made()
+        bar.n = step
+        bar.set_postfix(postfix, refresh=False)
+        bar.refresh()
+
+    def clear(self) -> None:
+        if self.bar is not None:
+            self.bar.clear()
+
+    def __enter__(self) -> "_Bar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _run_protonet(args) -> None:
     obfuscation = CLI_OBFUSCATIONS[args.obfuscation or "none"]
     config = ProtoConfig(
@@ -69,27 +101,12 @@ def _run_protonet(args) -> None:
     long = say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
     train_images, held_images, split = data_setups.resolve(datasets.get(args.data).split)(args)
     _check_protonet_shapes(args, config, train_images, held_images)
-    bars = []  # made on the first step
-
-    def progress(step, metrics):
-        if not bars:
-            bars.append(tqdm(total=config.steps, file=sys.stderr, desc=args.algorithm, leave=False))
-        bar = bars[0]
-        bar.n = step
-        bar.set_postfix({"loss": f"{metrics['loss']:.3f}", "acc": f"{metrics['accuracy']:.2f}"}, refresh=False)
-        bar.refresh()
-
     run_folder.create(args.out)
-    if long:  # a long run shows its bar from step 0
-        bars.append(tqdm(total=config.steps, file=sys.stderr, desc=args.algorithm, leave=False))
-    try:
-        with run_folder.locked(args.out):
-            if run_folder.inspect(args.out).holds_run:  # another run wrote here meanwhile
-                raise ValueError(f"--out {args.out} holds a run; choose another --out")
-            result = train_protonet(train_images, config, args.out, device=args.device, progress=progress)
-    finally:
-        for bar in bars:
-            bar.close()
+    with _Bar(config.steps, args.algorithm, now=long) as bar, run_folder.locked(args.out):
+        if run_folder.inspect(args.out).holds_run:  # another run wrote here meanwhile
+            raise ValueError(f"--out {args.out} holds a run; choose another --out")
+        result = train_protonet(train_images, config, args.out, device=args.device, progress=lambda step, m: bar.show(
+            step, {"loss": f"{m['loss']:.3f}", "acc": f"{m['accuracy']:.2f}"}))
     evaluation = evaluate_protonet(result.model, held_images, config, n_tasks=args.eval_tasks, seed=10_000 + args.seed)
     report = privacy_report(config, result.releases_per_image_max, evaluation.releases_per_image_max, args.delta)
     out = Path(args.out)
@@ -183,12 +200,45 @@ def _stored_noise(args, private: bool):
 
 def _run_plan(args) -> None:
     """``metadp train ALGO --plan FILE`` (``metadp.training.plan_run``)."""
+    alg = algorithms.get(args.algorithm)
+    plan, table, long = _prepared_plan(args, alg)
+    model, source, loss_fn, inner_lr = _setup(args)
+    if args.fresh_episodes:
+        try:
+            source.check(plan.hierarchy)
+        except ValueError as err:
+            raise ValueError(f"--plan {args.plan} does not match --data {args.data}: {err}") from None
+    inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
+    config = _plan_config(args, plan, alg, inner_lr)
+    if args.save_plan:
+        save_plan(args.save_plan, table)
+    setup = {"--data": args.data, "--rotations": args.rotations, "--shots": args.shots,
+             "--norm": args.norm if datasets.get(args.data).images else None, "--plan": table}
+    with _Bar(plan.steps, args.algorithm, now=long) as bar:
+        def progress(step, loss, spent):
+            bar.show(step, {"loss": f"{loss:.3f}"})
+
+        if args.engine == "flower":  # metadp.training.federated checked that Flower is installed
+            setup["--engine"] = "flower"
+            clients = flower_engine.SimulatedTasks(args.data, args.pool, args.seed, data_dir=_folder(args.data_dir),
+                                                   rotations=args.rotations, norm=args.norm)
+            result = flower_engine.simulate(model, config, args.out, plan=plan, load_task=clients, progress=progress,
+                                            resume=args.resume, resume_changed=args.resume_changed, setup=setup)
+        else:
+            result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
+                           resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
+    score, out = _evaluated(args, model, result, loss_fn, inner_lr)
+    _print_plan_run(args, plan, alg, result.report)
+    print(f"evaluation: {score}; files in {out}/")
+
+
+def _prepared_plan(args, alg):
+    """(the plan, its table, whether the run is long enough to say so): the plan read, checked against the flags
+    and the engine, calibrated to ``--epsilon`` where given, certified and sized, before any data is loaded."""
     plan, table = load_run_plan(args.plan)
     _check_inputs(args)
     check_plan_flags(args, plan)
-    alg = algorithms.get(args.algorithm)
-    flower = args.engine == "flower"
-    if flower:
+    if args.engine == "flower":
         why = flower_refusal(alg, plan, chunk_size=args.chunk_size, device=args.device)
         if why is not None:
             raise ValueError(why)
@@ -207,72 +257,41 @@ def _run_plan(args) -> None:
     args.n_way = plan.hierarchy.levels[0].size if args.fresh_episodes else None
     if not args.fresh_episodes:
         args.pool = plan.sampling.population
-    model, source, loss_fn, inner_lr = _setup(args)
-    if args.fresh_episodes:
-        try:
-            source.check(plan.hierarchy)
-        except ValueError as err:
-            raise ValueError(f"--plan {args.plan} does not match --data {args.data}: {err}") from None
-    inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
+    return plan, table, long
+
+
+def _plan_config(args, plan, alg, inner_lr: float) -> TrainConfig:
+    """The run's configuration: the plan's privacy settings (``plan_settings``) and the flags' optimisation ones."""
     settings = plan_settings(plan, alg)
     if args.clip_policy == "noisy-window":  # post-processing of the released sums: the plan's accounting holds
         settings["clip_policy"] = "noisy-window"
-    config = TrainConfig(algorithm=args.algorithm, **settings, inner_steps=args.inner_steps,
-                         inner_lr=inner_lr,
-                         outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
-                         first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
-                         chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
-    if args.save_plan:
-        save_plan(args.save_plan, table)
-    setup = {"--data": args.data, "--rotations": args.rotations, "--shots": args.shots,
-             "--norm": args.norm if datasets.get(args.data).images else None, "--plan": table}
-    bars = []
+    return TrainConfig(algorithm=args.algorithm, **settings, inner_steps=args.inner_steps, inner_lr=inner_lr,
+                       outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
+                       first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
+                       chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
 
-    def progress(step, loss, spent):
-        if not bars:
-            bars.append(tqdm(total=plan.steps, file=sys.stderr, desc=args.algorithm, leave=False))
-        bars[0].n = step
-        bars[0].set_postfix({"loss": f"{loss:.3f}"}, refresh=False)
-        bars[0].refresh()
 
-    if long:  # a long run shows its bar from step 0
-        bars.append(tqdm(total=plan.steps, file=sys.stderr, desc=args.algorithm, leave=False))
-    try:
-        if flower:  # metadp.training.federated checked that Flower is installed
-            engine = flower_engine
-            setup["--engine"] = "flower"
-            clients = engine.SimulatedTasks(args.data, args.pool, args.seed, data_dir=_folder(args.data_dir),
-                                            rotations=args.rotations, norm=args.norm)
-            result = engine.simulate(model, config, args.out, plan=plan, load_task=clients, progress=progress,
-                                     resume=args.resume, resume_changed=args.resume_changed, setup=setup)
-        else:
-            result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
-                           resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
-    finally:
-        for bar in bars:
-            bar.close()
-    score, out = _evaluated(args, model, result, loss_fn, inner_lr)
-    report = result.report
+def _print_plan_run(args, plan, alg, report: dict) -> None:
+    """A plan run's summary: steps, sampling, the engine's record, every unit's epsilon with its direction."""
     print(f"{args.algorithm} ran the plan {plan.name!r} ({args.plan}): {report['steps_done']:,} of {plan.steps:,} "
           f"steps; {plan.sampling.text('task')}")
-    if flower:
+    if args.engine == "flower":
         fed = report["federated"]
         print(f"engine flower (Flower simulation): {fed['clients']:,} clients, one task each; "
               f"{fed['updates_dropped']:,} of {fed['updates_asked']:,} asked updates dropped (counted as zero updates)")
     if not alg.private:
         print("non-private: no privacy guarantee (the plan's sampling and steps, without clipping or noise)")
-    else:
-        print(f"  {report['unit']} [the plan's unit]: epsilon <= {format_upper(float(report['epsilon']))} (upper bound, "
-              f"{report['accountant'].upper()}) at delta = {report['delta']:g}, {report['relation'].replace('_', '/')} "
-              "neighbours")
-        for other in report["other_units"]:
-            print(f"  {other['unit']}: epsilon <= {format_upper(float(other['epsilon']))} (upper bound, "
-                  f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
-                  f"{other['relation'].replace('_', '/')} neighbours")
-        source = (f"`metadp plan {args.plan}`" if args.epsilon is None else
-                  "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
-        print(_plan_promise(report, source))
-    print(f"evaluation: {score}; files in {out}/")
+        return
+    print(f"  {report['unit']} [the plan's unit]: epsilon <= {format_upper(float(report['epsilon']))} (upper bound, "
+          f"{report['accountant'].upper()}) at delta = {report['delta']:g}, {report['relation'].replace('_', '/')} "
+          "neighbours")
+    for other in report["other_units"]:
+        print(f"  {other['unit']}: epsilon <= {format_upper(float(other['epsilon']))} (upper bound, "
+              f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
+              f"{other['relation'].replace('_', '/')} neighbours")
+    source = (f"`metadp plan {args.plan}`" if args.epsilon is None else
+              "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
+    print(_plan_promise(report, source))
 
 
 def _plan_promise(report, source: str) -> str:
@@ -332,41 +351,27 @@ def run_train(args) -> None:
         config = calibrate(pool, config)
         print(f"noise calibrated to the budget of the {config.budget_unit} view: z = {config.noise_multiplier:.4g}, "
               f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
-              f"{args.delta:g}, {'RDP' if config.sampling == 'fixed' else 'PLD'})")
+              f"{args.delta:g}, the tightest of the accountants that interpret its event: accounting.certify)")
     if args.save_plan:
         save_plan(args.save_plan, flags_plan(args, config))
         print(f"plan written to {args.save_plan} (metadp plan {args.save_plan} certifies it)")
     if args.clip_policy == "raw-percentile":
         print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "
               "(dp-maml.txt Sec. 5.2.1): this run is NOT differentially private and reports no epsilon", file=sys.stderr)
-    bars = []  # the progress bar, made on the first step: a refusal before it prints one line only
-
-    def progress(step, loss, spent):
-        if not bars:
-            bars.append(tqdm(total=args.steps, file=sys.stderr, desc=args.algorithm, leave=False))
-        bar = bars[0]
-        bar.n = step
-        # the budget view's certified epsilon so far: an upper bound at --delta
-        bar.set_postfix({"loss": f"{loss:.3f}",
-                         f"eps({config.budget_unit})": "<= " + format_upper(spent, 3) if private else "n/a (non-private)"},
-                        refresh=False)
-        bar.refresh()
-
-    def warn(message):
-        for bar in bars:
-            bar.clear()
-        print(f"metadp: warning: {message}", file=sys.stderr)
-
     setup = {"--data": args.data, "--pool": args.pool, "--rotations": args.rotations,
              "--norm": args.norm if datasets.get(args.data).images else None}
-    if long:  # a long run shows its bar from step 0
-        bars.append(tqdm(total=args.steps, file=sys.stderr, desc=args.algorithm, leave=False))
-    try:
+    with _Bar(args.steps, args.algorithm, now=long) as bar:
+        def progress(step, loss, spent):
+            # the budget view's certified epsilon so far: an upper bound at --delta
+            bar.show(step, {"loss": f"{loss:.3f}", f"eps({config.budget_unit})":
+                            "<= " + format_upper(spent, 3) if private else "n/a (non-private)"})
+
+        def warn(message):
+            bar.clear()
+            print(f"metadp: warning: {message}", file=sys.stderr)
+
         result = train(model, pool, loss_fn, config, args.out, device=args.device, progress=progress,
                        resume=args.resume, resume_changed=args.resume_changed, setup=setup, warn=warn)
-    finally:
-        for bar in bars:
-            bar.close()
     score, out = _evaluated(args, model, result, loss_fn, inner_lr)
     _print_flag_run(args, result, config, private, score, out)
 

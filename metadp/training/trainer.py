@@ -260,69 +260,31 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
           engine=None, audit=_UNAUDITED) -> TrainResult:
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
     alg = c.family
-    contribution = audit.contributions(contribution_of(alg))
-    engine = LOCAL if engine is None else engine
-    clipped_sum = engine.clipped_sum
+    step = _Release(c, run, audit, LOCAL if engine is None else engine, contribution_of(alg))
     optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
-    done, losses = 0, []
-    if resume and (out / "checkpoint.pt").exists():
-        state = _load_checkpoint(out / "checkpoint.pt")
-        with torch.no_grad():
-            for k, v in state["params"].items():
-                params[k].copy_(v)
-        optimizer.load_state_dict(state["optimizer"])
-        run.load(state["run"])
-        done, losses = state["step"], list(state["losses"])
-        _say_rerun(run, done)
-    central = c.private and alg.central_clip  # per-task clip, then noise on the sum
-    quantile = c.clip_policy == "quantile" and central and c.bounded
-    z_sum = sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if quantile else c.noise_multiplier
+    done, losses = _resumed(out, params, optimizer, run) if resume and (out / "checkpoint.pt").exists() else (0, [])
     scale = None
-    sign = alg.update_sign  # Reptile moves towards the adapted parameters
     saved = done
-    ledger_passes = lambda: len(run.primary_ledger.entries) if run.primary_ledger is not None else 0  # noqa: E731
     try:
         while done < c.steps and run.releases(done) < run.last_step:
             new_pass = getattr(run.sampler, "step_in_pass", None) == 0  # a pass-wise sampler starts a pass
-            if new_pass and run.primary is not None and run.primary.charge == "pass" and ledger_passes() >= run.pass_cap:
+            if new_pass and _passes_spent(run):
                 break
             tasks, rows, weights = run.step_tasks(run.sampler.sample())
             visits = run.count_visits(rows, weights)
             added = 0
             if visits is not None:
-                top = int(visits.max()) if visits.numel() else 0
-                added = top - run.max_visits
+                added = (int(visits.max()) if visits.numel() else 0) - run.max_visits
                 if run.visits_on_record() + added > run.visit_cap:  # a record would pass the budget: stop first
                     break
-            detached = {k: v.detach() for k, v in params.items()}
-            threshold = run.policy.threshold
-            clipping = audit.clipping(central and math.isfinite(threshold) and c.bounded)
-            total, norms, task_losses = clipped_sum(alg, model, detached, tasks, rows, weights, loss_fn, c, run,
-                                                    contribution, threshold if clipping else None,
-                                                    central and c.clip_policy == "raw-percentile")
-            std = audit.release_std(alg.release_std(c, threshold, z_sum))
-            # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
-            total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
-            audit.observe(done, detached, total, std)
-            count = None
-            if quantile:
-                unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights
-                count = float(unclipped.sum()) + c.quantile_count_noise * float(
-                    torch.randn((), generator=run.noise_gen, device=weights.device, dtype=torch.float64))
+            total, norms, task_losses, count = step.release(model, params, tasks, rows, weights, loss_fn, done)
             run.charge(done, new_pass, added)  # every release is on record before it is used
             if visits is not None:
                 run.record_visits, run.max_visits = visits, run.max_visits + added
-            optimizer.zero_grad()
             if scale is None:  # the divisor of the sum: fixed for the run (fresh episodes all have one shape)
                 scale = alg.update_scale(run.expected, tasks.query_per_task)
-            for k, p in params.items():
-                p.grad = sign * total[k] / scale
-            optimizer.step()
-            run.policy.after_release(_flat_norm(total) / run.expected)
-            if count is not None:
-                run.policy.after_count(count, run.expected)
-            if c.clip_policy == "raw-percentile" and norms is not None:
-                run.policy.after_raw_norms(norms[weights > 0].tolist())
+            _update(optimizer, params, total, alg.update_sign, scale)
+            _adapt_clipping(run, c, total, count, norms, weights)
             done += 1
             losses.append(float((task_losses.detach() * weights).sum() / weights.sum().clamp(min=1.0)))
             if progress is not None:
@@ -331,16 +293,99 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
                 _checkpoint(out, params, optimizer, run, done, losses)
                 saved = done
     except KeyboardInterrupt:
-        ledger = run.primary_ledger
-        held = f"; {len(ledger.entries)} releases of the {run.primary.key} view on record" if ledger is not None else ""
-        rerun = (f"; --resume continues from the checkpoint: steps {saved + 1}-{done} are run again and charged again "
-                 "(their first releases stay charged: the budget stays safe, and the run stops earlier)"
-                 if done > saved else "; continue with --resume")
-        raise TrainingInterrupted(
-            f"interrupted at step {done + 1} ({done} steps done; checkpoint at step {saved}); the ledgers hold "
-            f"every release{held}{rerun}") from None
+        raise _interrupted(run, done, saved) from None
     if saved != done or not (out / "checkpoint.pt").exists():
         _checkpoint(out, params, optimizer, run, done, losses)
+    return _result(out, params, run, done, losses, step.engine)
+
+
+class _Release:
+    """One step's release: the engine's clipped sum of the tasks' contributions, the Gaussian noise drawn once
+    on the whole sum, and (quantile clipping) the noisy count of unclipped contributions on the same sample."""
+
+    def __init__(self, c: TrainConfig, run: _Run, audit, engine, contribution):
+        self.c, self.run, self.audit, self.engine = c, run, audit, engine
+        self.contribution = audit.contributions(contribution)
+        self.central = c.private and c.family.central_clip  # per-task clip, then noise on the sum
+        self.quantile = c.clip_policy == "quantile" and self.central and c.bounded
+        self.z_sum = (sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if self.quantile
+                      else c.noise_multiplier)
+
+    def release(self, model, params, tasks, rows, weights, loss_fn, done: int):
+        """(the noisy sum, the contributions' norms before clipping or None, the tasks' losses, the noisy count
+        or None)."""
+        c, run, audit = self.c, self.run, self.audit
+        detached = {k: v.detach() for k, v in params.items()}
+        threshold = run.policy.threshold
+        clipping = audit.clipping(self.central and math.isfinite(threshold) and c.bounded)
+        total, norms, task_losses = self.engine.clipped_sum(
+            c.family, model, detached, tasks, rows, weights, loss_fn, c, run, self.contribution,
+            threshold if clipping else None, self.central and c.clip_policy == "raw-percentile")
+        std = audit.release_std(c.family.release_std(c, threshold, self.z_sum))
+        # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
+        total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
+        audit.observe(done, detached, total, std)
+        count = None
+        if self.quantile:
+            unclipped = ((norms <= threshold).to(weights.dtype) - 0.5) * weights
+            count = float(unclipped.sum()) + c.quantile_count_noise * float(
+                torch.randn((), generator=run.noise_gen, device=weights.device, dtype=torch.float64))
+        return total, norms, task_losses, count
+
+
+def _resumed(out: Path, params, optimizer, run: _Run):
+    """(steps done, their losses) from the checkpoint, with the parameters, optimiser and run state restored."""
+    state = _load_checkpoint(out / "checkpoint.pt")
+    with torch.no_grad():
+        for k, v in state["params"].items():
+            params[k].copy_(v)
+    optimizer.load_state_dict(state["optimizer"])
+    run.load(state["run"])
+    done, losses = state["step"], list(state["losses"])
+    _say_rerun(run, done)
+    return done, losses
+
+
+def _passes_spent(run: _Run) -> bool:
+    """Whether a pass-charged budget view has spent its passes (checked as a new pass starts)."""
+    if run.primary is None or run.primary.charge != "pass":
+        return False
+    return (len(run.primary_ledger.entries) if run.primary_ledger is not None else 0) >= run.pass_cap
+
+
+def _update(optimizer, params, total, sign: float, scale: float) -> None:
+    """One optimiser step on the released sum times ``sign`` over ``scale`` (Reptile's sign moves towards the
+    adapted parameters)."""
+    optimizer.zero_grad()
+    for k, p in params.items():
+        p.grad = sign * total[k] / scale
+    optimizer.step()
+
+
+def _adapt_clipping(run: _Run, c: TrainConfig, total, count, norms, weights) -> None:
+    """The clipping policy's update after a release: from released values only, except the raw-percentile
+    policy, which reads raw norms and makes the run non-private (said when it starts)."""
+    run.policy.after_release(_flat_norm(total) / run.expected)
+    if count is not None:
+        run.policy.after_count(count, run.expected)
+    if c.clip_policy == "raw-percentile" and norms is not None:
+        run.policy.after_raw_norms(norms[weights > 0].tolist())
+
+
+def _interrupted(run: _Run, done: int, saved: int) -> TrainingInterrupted:
+    """The Ctrl-C refusal: where the run stopped, what the ledgers hold and what ``--resume`` will charge."""
+    ledger = run.primary_ledger
+    held = f"; {len(ledger.entries)} releases of the {run.primary.key} view on record" if ledger is not None else ""
+    rerun = (f"; --resume continues from the checkpoint: steps {saved + 1}-{done} are run again and charged again "
+             "(their first releases stay charged: the budget stays safe, and the run stops earlier)"
+             if done > saved else "; continue with --resume")
+    return TrainingInterrupted(f"interrupted at step {done + 1} ({done} steps done; checkpoint at step {saved}); the "
+                               f"ledgers hold every release{held}{rerun}")
+
+
+def _result(out: Path, params, run: _Run, done: int, losses, engine) -> TrainResult:
+    """Writes ``privacy_report.json`` and returns the run's result (its epsilon: the primary guarantee's)."""
+    c = run.config
     report = run.report(done)
     report.update(engine.report_fields())
     (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
