@@ -25,6 +25,13 @@ _EXAMPLES = ("examples:\n  metadp train dp-maml --data sinusoid --epsilon 1 --de
 def add_train_parser(sub, number, formatter) -> None:
     t = sub.add_parser("train", help="train MAML, Reptile, DP-MAML, DP-Reptile or DP-FedMeta within a privacy budget "
                        "(needs torch)", epilog=_EXAMPLES, formatter_class=formatter)
+    for add in (_what_and_where, _privacy_arguments, _optimisation_arguments, _run_folder_arguments,
+                _protonet_arguments):
+        add(t, number)
+
+
+def _what_and_where(t, number) -> None:
+    """The algorithm, its data, a plan file, the engine."""
     t.add_argument("algorithm", choices=tuple(algorithms.REGISTRY),
                    help="; ".join(f"{a.name}: {a.description}" for a in algorithms.REGISTRY.values()))
     t.add_argument("--data", choices=tuple(datasets.REGISTRY), default=next(iter(datasets.REGISTRY)),
@@ -46,6 +53,10 @@ def add_train_parser(sub, number, formatter) -> None:
     t.add_argument("--save-plan", metavar="FILE",
                    help="write the plan this run executes (with --plan: its calibrated form; else the plan the flags "
                         "describe) as a TOML plan file; never overwrites")
+
+
+def _privacy_arguments(t, number) -> None:
+    """The guarantee: its unit, sampling, budget, noise and clipping."""
     t.add_argument("--unit", choices=("task", "record", "record-vs-server"),
                    help="the guarantee whose budget stops the run (default: task; record for "
                         f"{' and '.join(algorithms.names(private=True, default_unit='record'))}); every other one is "
@@ -70,6 +81,10 @@ def add_train_parser(sub, number, formatter) -> None:
                    help=f"per-example clip inside tasks ({', '.join(algorithms.names(inner_dp=True))}; default 1)")
     t.add_argument("--inner-noise", type=number("--inner-noise", float),
                    help="z_in inside tasks (default: --noise; calibrated for dp-reptile and record-vs-server)")
+
+
+def _optimisation_arguments(t, number) -> None:
+    """Steps, tasks, learning rates, memory, seed and device."""
     t.add_argument("--steps", type=number("--steps", int), help="steps (default 1000)")
     t.add_argument("--meta-batch", type=number("--meta-batch", float),
                    help="expected tasks per step, at most --pool (default 32; a whole number with --sampler fixed)")
@@ -84,6 +99,10 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="steps between checkpoints and metrics lines (default 50; may change on --resume)")
     t.add_argument("--seed", type=number("--seed", int), default=0)
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (where available)")
+
+
+def _run_folder_arguments(t, number) -> None:
+    """The run's folder, resuming, and the data's shape and evaluation."""
     t.add_argument("--out", default="metadp-run",
                    help="the run's folder (default metadp-run), created if missing; a folder that holds a run "
                         "needs --resume. A run holds an flock on OUT/run.lock while it writes, so a second run "
@@ -109,6 +128,10 @@ def add_train_parser(sub, number, formatter) -> None:
                    help="Omniglot: characters rotated by 90, 180, 270 degrees are new classes (augmentation)")
     t.add_argument("--eval-tasks", type=number("--eval-tasks", int), default=600,
                    help="held-out tasks for the final evaluation (default 600; Omniglot uses its 20 one-shot runs)")
+
+
+def _protonet_arguments(t, number) -> None:
+    """Prototypical networks on obfuscated images (their own group)."""
     p = t.add_argument_group("protonet (obfuscated images; the options above that apply: --data glyphs|omniglot, "
                              "--epsilon, --delta, --steps, --outer-lr, --seed, --out, --device, --norm, --rotations, "
                              "--eval-tasks)")

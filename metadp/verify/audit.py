@@ -309,16 +309,7 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
     if per_eps > 4:
         raise ValueError(f"tests_per_epsilon must be in [1, 4], got {tests_per_epsilon!r}")
     chunk = check_count("chunk", chunk, minimum=1)
-    if n_required is not None and not (isinstance(n_required, numbers.Real) and n_required >= 1):
-        raise ValueError(f"n_required must be None or a number >= 1 (inf allowed), got {n_required!r}")
-    if not callable(sample_d) or not callable(sample_d_prime):
-        raise ValueError("sample_d and sample_d_prime must be callables (n, rng) -> array of shape (n,)")
-    if progress is not None and not callable(progress):
-        raise ValueError(f"progress must be callable or None, got {progress!r}")
-    if isinstance(rng, numbers.Integral) or rng is None:
-        rng = np.random.default_rng(rng)
-    elif not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy Generator, an int seed or None, got {rng!r}")
+    rng = _checked_callables_and_rng(sample_d, sample_d_prime, progress, n_required, rng)
     forward = _evaluate_claim(_as_profile(claimed_profile, "claimed_profile"), eps, "claimed_profile")
     reverse = forward if claimed_profile_reverse is None else _evaluate_claim(
         _as_profile(claimed_profile_reverse, "claimed_profile_reverse"), eps, "claimed_profile_reverse")
@@ -331,20 +322,54 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
     del xd, xdp
 
     events = sorted({(o, t) for _, _, o, t in chosen})  # distinct (orientation, threshold)
-    index = {ev: k for k, ev in enumerate(events)}
+    counts = _confirm(events, (sample_d, sample_d_prime), n, rng, chunk, progress)
+    tests = _tests(chosen, events, counts, eps, (forward, reverse), n, level, m)
+    rows = tuple(max((t for t in tests if t.epsilon == e), key=lambda t: t.margin) for e in eps)
+    if any(r.margin > 0.0 for r in rows):
+        verdict = "VIOLATION"
+    else:
+        verdict = "INCONCLUSIVE" if n_required is not None and n < n_required else "consistent"
+    return AuditResult(verdict, rows, tests, n, n_explore, alpha, level, n_required)
+
+
+def _checked_callables_and_rng(sample_d, sample_d_prime, progress, n_required, rng) -> np.random.Generator:
+    """``audit``'s checks of its callables and ``n_required``; the numpy Generator ``rng`` names."""
+    if n_required is not None and not (isinstance(n_required, numbers.Real) and n_required >= 1):
+        raise ValueError(f"n_required must be None or a number >= 1 (inf allowed), got {n_required!r}")
+    if not callable(sample_d) or not callable(sample_d_prime):
+        raise ValueError("sample_d and sample_d_prime must be callables (n, rng) -> array of shape (n,)")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be callable or None, got {progress!r}")
+    if isinstance(rng, numbers.Integral) or rng is None:
+        return np.random.default_rng(rng)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy Generator, an int seed or None, got {rng!r}")
+    return rng
+
+
+def _confirm(events, samplers, n: int, rng, chunk: int, progress) -> dict:
+    """How many of ``n`` fresh draws of M(D) and of M(D') fall in each event ("D", "D'": counts in ``events``'
+    order), drawn ``chunk`` at a time."""
     gt = np.array([t for o, t in events if o == ">"])
     lt = np.array([t for o, t in events if o == "<"])
     counts = {"D": np.zeros(len(events), np.int64), "D'": np.zeros(len(events), np.int64)}
     is_gt = np.array([o == ">" for o, _ in events], dtype=bool)
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
-        for name, sampler, label in (("D", sample_d, "sample_d"), ("D'", sample_d_prime, "sample_d_prime")):
+        for name, sampler, label in (("D", samplers[0], "sample_d"), ("D'", samplers[1], "sample_d_prime")):
             c_gt, c_lt = _count(_draw(sampler, size, rng, label), gt, lt)
             counts[name][is_gt] += c_gt
             counts[name][~is_gt] += c_lt
         if progress is not None:
             progress(start + size, n)
+    return counts
 
+
+def _tests(chosen, events, counts, eps, claims, n: int, level: float, m: int) -> Tuple[AuditRow, ...]:
+    """One row per chosen (eps, direction, orientation, threshold): the Clopper-Pearson lower bound on delta
+    at the Bonferroni ``level``, against the claim (``claims``: forward and reverse, at each eps)."""
+    forward, reverse = claims
+    index = {ev: k for k, ev in enumerate(events)}
     idx = np.array([index[o, t] for _, _, o, t in chosen])
     d_first = np.array([d == 0 for _, d, _, _ in chosen])
     hits_p = np.where(d_first, counts["D"][idx], counts["D'"][idx])
@@ -356,17 +381,11 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
     delta_lo = np.maximum(0.0, p_lo - growth * q_up)
     estimate = np.maximum(0.0, (hits_p - growth * hits_q) / n)
     p_val = _p_values(hits_p, hits_q, n, e_t, claim_t, m)
-    tests = tuple(
+    return tuple(
         AuditRow(float(e_t[k]), float(claim_t[k]), float(delta_lo[k]), float(estimate[k]),
                  float(delta_lo[k] - claim_t[k]), _DIRECTIONS[chosen[k][1]], chosen[k][2], chosen[k][3],
                  int(hits_p[k]), int(hits_q[k]), float(p_lo[k]), float(q_up[k]), float(p_val[k]))
         for k in range(len(chosen)))
-    rows = tuple(max((t for t in tests if t.epsilon == e), key=lambda t: t.margin) for e in eps)
-    if any(r.margin > 0.0 for r in rows):
-        verdict = "VIOLATION"
-    else:
-        verdict = "INCONCLUSIVE" if n_required is not None and n < n_required else "consistent"
-    return AuditResult(verdict, rows, tests, n, n_explore, alpha, level, n_required)
 
 
 def audit_pair(pair: DominatingPair, claimed_profile, epsilons, **kwargs) -> AuditResult:
