@@ -162,10 +162,10 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
     or, for fresh episodes, the image tensor [classes, per_class, C, H, W]; ``config`` carries the plan's
     settings (``plan_run.plan_settings``) and the model and optimiser settings.
 
-    ``engine``: where each step's per-task contributions are computed (None: here, the local engine).
-    Otherwise an object with ``clipped_sum`` (the signature and result of this module's ``_clipped_sum``:
-    e.g. ``metadp.training.engines.flower``, whose clients compute them) and ``report_fields()`` (merged into
-    ``privacy_report.json``); sampling, noise, ledgers, update, checkpoints and report stay this loop's.
+    ``engine``: where each step's per-task contributions are computed (None: here, ``engines.LOCAL``).
+    Otherwise an engine as ``metadp.training.engines`` describes it (``clipped_sum`` and ``report_fields``;
+    e.g. ``engines.flower``'s strategy, whose clients compute them); sampling, noise, ledgers, update,
+    checkpoints and report stay this loop's.
 
     ``audit``: test instrumentation of a canary audit (``metadp.verify.canaries``; never set by ``metadp
     train``). An object with ``attach(run)`` (called once, before the first step: it may wrap

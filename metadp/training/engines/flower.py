@@ -63,6 +63,7 @@ from metadp.training import algorithms, data_setups, datasets
 from metadp.training import functional as F
 from metadp.training.config import TrainConfig, TrainResult
 from metadp.training.contributions import resolve as contribution_of
+from metadp.training.engines.local import clip_or_measure
 from metadp.training.federated import INSTALL_HINT
 from metadp.training.run_state import stream_seed
 from metadp.training.trainer import check_run, train
@@ -287,17 +288,13 @@ class DpFedMetaStrategy:
 
     def clipped_sum(self, alg, model, params, tasks, rows, weights, loss_fn, c, run, contribution, threshold,
                     raw_norms):
-        """``metadp.training.trainer._clipped_sum`` with the clients computing: (sum of the clipped updates,
+        """``LocalEngine.clipped_sum`` with the clients computing: (sum of the clipped updates,
         their norms before clipping or None, losses), per trainer row (pads weigh 0 and stay 0)."""
         drawn = torch.nonzero(weights > 0).flatten()
         selected = [int(i) for i in rows[drawn].tolist()]
         messages = self.configure_train(len(self.rounds) + 1, params, selected, c)
         updates, losses, _ = self.aggregate_train(messages, self._exchange(messages) if messages else [], params)
-        norms = None
-        if threshold is not None:
-            updates, norms = F.clip(updates, threshold, c.clip_mode)
-        elif raw_norms:
-            norms = F.flat_norms(updates)
+        updates, norms = clip_or_measure(updates, threshold, c.clip_mode, raw_norms)
         total = F.masked_sum(updates, None)
         row_losses = torch.zeros(rows.numel(), dtype=losses.dtype)
         row_losses[drawn] = losses

@@ -8,7 +8,16 @@ import torch
 
 from metadp.training import functional as F
 
-__all__ = ["LocalEngine", "LOCAL"]
+__all__ = ["LocalEngine", "LOCAL", "clip_or_measure"]
+
+
+def clip_or_measure(contributions, threshold: Optional[float], mode: str, raw_norms: bool):
+    """(the contributions clipped to ``threshold``, their norms before clipping), or where there is no threshold
+    (the contributions as they are, their norms if ``raw_norms`` else None): what every engine does to the
+    per-task contributions it computed before summing them."""
+    if threshold is not None:
+        return F.clip(contributions, threshold, mode)
+    return contributions, (F.flat_norms(contributions) if raw_norms else None)
 
 
 class LocalEngine:
@@ -29,11 +38,7 @@ class LocalEngine:
         for start in range(0, max(size, 1), step):
             part, w = rows[start:start + step], weights[start:start + step]
             contributions, task_losses = contribution(alg, model, params, tasks, part, loss_fn, c, run.noise_gen)
-            found = None
-            if threshold is not None:
-                contributions, found = F.clip(contributions, threshold, c.clip_mode)
-            elif raw_norms:
-                found = F.flat_norms(contributions)
+            contributions, found = clip_or_measure(contributions, threshold, c.clip_mode, raw_norms)
             summed = F.masked_sum(contributions, w)
             total = summed if total is None else {k: total[k] + summed[k] for k in total}
             norms.append(found)
