@@ -41,7 +41,7 @@ def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_rem
     The PLD accountant refines its lattice here without a time limit (to its tolerance or its point
     budget), so the number does not depend on how fast the machine is.
     """
-    return certify(event, delta, relation=relation, accountant=accountant, max_seconds=math.inf).epsilon
+    return certify(event, delta, relation=relation, accountant=accountant, max_seconds=math.inf, lower=False).epsilon
 
 
 def _search(event: ev.Event, delta: float, relation: str, accountant: str):
@@ -50,7 +50,7 @@ def _search(event: ev.Event, delta: float, relation: str, accountant: str):
     anything (an accountant without one, or refinement not stopped by it: it is otherwise deterministic,
     so the untimed run takes the same rounds to the same bounds). The final check then reuses the
     search's value instead of computing it again."""
-    found = certify(event, delta, relation=relation, accountant=accountant).tightest
+    found = certify(event, delta, relation=relation, accountant=accountant, lower=False).tightest
     return found.epsilon, not found.stopped_by_time
 
 

@@ -6,7 +6,7 @@ dp-accounting's ``PrivacyAccountant.supports`` and prv_accountant's one result t
 
 * ``name`` (its registry key), ``timed`` (whether it takes a ``max_seconds`` refinement budget);
 * ``supports(event) -> bool``: whether it can interpret the event under its relation;
-* ``compose(event, count)``, then ``certify(delta) -> Certificate``: a certified upper bound on epsilon at
+* ``compose(event, count)``, then ``certify(delta, lower=True) -> Certificate``: a certified upper bound on epsilon at
   ``delta``, a certified lower bound on the optimal epsilon where the accountant has one, the Renyi order
   or the PLD lattice spacing it was read at, its notes, the assumptions of its method and their citations;
 * ``trajectory(steps, delta, step_event)``: the certified epsilon after each count of steps (``trajectory``
@@ -91,7 +91,7 @@ def _fresh(name: str, relation: str, max_seconds: Optional[float]):
 
 def certify(events: Union[ev.Event, Sequence[ev.Event]], delta: float, *, steps: int = 1,
             relation: str = "add_remove", accountant: Union[str, Iterable[str]] = "all",
-            max_seconds: Optional[float] = None, composed=None) -> Certification:
+            max_seconds: Optional[float] = None, lower: bool = True, composed=None) -> Certification:
     """Certifies ``steps`` compositions of ``events`` at ``delta`` with the named accountant(s).
 
     Args:
@@ -104,6 +104,8 @@ def certify(events: Union[ev.Event, Sequence[ev.Event]], delta: float, *, steps:
             those that do not are listed in ``refused``).
         max_seconds: the refinement time budget of the accountants that have one (None: their default;
             ``math.inf``: refine to the tolerance or the point budget only, the same number on any machine).
+        lower: False asks for upper bounds only (accountants skip the work their lower bound needs, and
+            report none): for callers that compare an upper bound with a budget on a hot path.
         composed: instead of ``events`` and ``steps``, a callable ``composed(accountant)`` that composes
             a fresh accountant's history (a ledger's entries).
 
@@ -118,9 +120,9 @@ def certify(events: Union[ev.Event, Sequence[ev.Event]], delta: float, *, steps:
     for name in names:
         try:
             if composed is not None:
-                found.append(composed(_fresh(name, relation, max_seconds)).certify(delta))
+                found.append(composed(_fresh(name, relation, max_seconds)).certify(delta, lower))
                 continue
-            found.append(worst([_fresh(name, relation, max_seconds).compose(e, steps).certify(delta)
+            found.append(worst([_fresh(name, relation, max_seconds).compose(e, steps).certify(delta, lower)
                                 for e in alternatives]))
         except UnsupportedEventError as err:
             refused.append((name, str(err)))

@@ -324,11 +324,12 @@ class Ledger:
         """
         return self._compose_into(make_accountant(kind, self.relation, **options))
 
-    def certify(self, delta: Optional[float] = None, accountant="all"):
+    def certify(self, delta: Optional[float] = None, accountant="all", lower: bool = True):
         """Every named accountant's certificate of the releases on record (``metadp.accounting.certify``) at
         ``delta`` (default: the ledger's delta); ``.tightest`` is the bound to report."""
         delta = self.delta if delta is None else check_delta("delta", delta)
-        return certify(None, delta, relation=self.relation, accountant=accountant, composed=self._compose_into)
+        return certify(None, delta, relation=self.relation, accountant=accountant, lower=lower,
+                       composed=self._compose_into)
 
     def _compose_into(self, acc):
         for event, count in self._totals.items():
@@ -341,7 +342,7 @@ class Ledger:
         delta = self.delta if delta is None else check_delta("delta", delta)
         if not self._totals:
             return 0.0
-        return float(self.certify(delta, accountant).epsilon)
+        return float(self.certify(delta, accountant, lower=False).epsilon)
 
     def __repr__(self) -> str:
         return (f"Ledger({self._path!r}, {len(self._records)} entries, unit {self.unit}, "

@@ -183,11 +183,15 @@ class PldAccountant:
         """Whether ``compose(event)`` would succeed (``why_unsupported`` says why not)."""
         return self.why_unsupported(event) is None
 
-    def certify(self, delta: float) -> Certificate:
+    def certify(self, delta: float, lower: bool = True) -> Certificate:
         """``get_epsilon_bounds`` as the interface every accountant shares (``metadp.accounting.certify``): the
         certified interval, the lattice spacing, the notes, and the assumptions and citations of the method,
-        including those of the RDP or revealed-count bound where that is the number reported."""
-        return pld_certificate(self, self.get_epsilon_bounds(delta))
+        including those of the RDP or revealed-count bound where that is the number reported. ``lower=False``:
+        the upper bound only (``get_epsilon``'s work: no second composition for the mechanism's lower end)."""
+        if lower:
+            return pld_certificate(self, self.get_epsilon_bounds(delta))
+        result = self._pair_bounds(check_delta("delta", delta))
+        return dataclasses.replace(pld_certificate(self, result), epsilon_lower=None)
 
     @property
     def ledger(self):

@@ -142,9 +142,10 @@ class RdpAccountant:
         """Certified epsilon at ``delta`` (upper bound)."""
         return self.get_epsilon_and_order(delta)[0]
 
-    def certify(self, delta: float) -> Certificate:
+    def certify(self, delta: float, lower: bool = True) -> Certificate:
         """The certified epsilon at ``delta`` with the order it was read at and what the bound rests on (the
-        interface every accountant shares, ``metadp.accounting.certify``); RDP gives no lower bound."""
+        interface every accountant shares, ``metadp.accounting.certify``); RDP gives no lower bound, so
+        ``lower`` changes nothing here."""
         epsilon, order = self.get_epsilon_and_order(delta)
         citations, assumptions = list(self.citations), []
         if self.conversion == "cks":

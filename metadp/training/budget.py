@@ -82,7 +82,8 @@ def budget_schedule(step_event: ev.Event, steps: int, target_epsilon: float, del
     grid = np.unique(np.concatenate([np.round(np.geomspace(1, steps, min(checkpoints, steps))).astype(int),
                                      [steps] + ([last] if last else [])]))
     epsilons = trajectory(step_event, [int(t) for t in grid], delta, relation=relation, accountant=accountant)
-    final = certify(step_event, delta, steps=last, relation=relation, accountant=accountant).epsilon if last else 0.0
+    final = (certify(step_event, delta, steps=last, relation=relation, accountant=accountant, lower=False).epsilon
+             if last else 0.0)
     return BudgetSchedule(target, delta, relation, accountant, step_event, steps, last,
                           tuple(int(t) for t in grid), epsilons, float(final))
 

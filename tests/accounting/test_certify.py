@@ -143,3 +143,13 @@ def test_an_accountant_that_refuses_is_listed_not_fatal(monkeypatch):
         certify(STEP, 1e-6, accountant="gaussian_only")
     plain = certify(Gaussian(2.0), 1e-6, steps=4)  # and where it can, it answers beside the others
     assert [c.accountant for c in plain.certificates] == ["rdp", "pld", "gaussian_only"]
+
+
+@pytest.mark.parametrize("event,relation", [(STEP, "add_remove"),
+                                            (FixedSizeSampled(4, 40, Gaussian(1.0), 2.0), "substitute")])
+def test_upper_only_gives_the_same_upper_bound_and_no_lower(event, relation):
+    full = certify(event, 1e-5, steps=3, relation=relation)
+    upper = certify(event, 1e-5, steps=3, relation=relation, lower=False)
+    assert [c.epsilon for c in upper.certificates] == [c.epsilon for c in full.certificates]
+    assert all(c.epsilon_lower is None for c in upper.certificates)
+    assert full.get("pld").epsilon_lower is not None  # the full question does carry one
