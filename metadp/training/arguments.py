@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import math
 
+from metadp.training.clipping import clip_rule
 from metadp.training import algorithms, datasets
 from metadp.training.federated import flower_refusal
 from metadp.training.plan_command import PLAN_FLAGS, flags_plan_refusal
@@ -251,10 +252,10 @@ def _check_maml_family(args) -> None:
         if why is not None:
             raise ValueError(why)
     policy = args.clip_policy or "fixed"
-    if policy == "raw-percentile" and args.epsilon is not None:
+    if clip_rule(policy).reads_raw_norms and args.epsilon is not None:
         raise ValueError("--clip-policy raw-percentile computes clipping thresholds from raw gradient norms: the run "
                          "has no privacy guarantee, so --epsilon cannot be its budget; drop --epsilon (give --noise)")
-    if args.count_noise is not None and policy != "quantile":
+    if args.count_noise is not None and not clip_rule(policy).releases_count:
         raise ValueError(f"--count-noise applies to --clip-policy quantile, not {policy}; drop it")
 
 

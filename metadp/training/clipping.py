@@ -24,15 +24,51 @@ when it was drawn.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from typing import Any, Dict, Optional
 
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
 
-__all__ = ["POLICIES", "ClipPolicy"]
+__all__ = ["POLICIES", "RULES", "ClipRule", "clip_rule", "ClipPolicy"]
 
-POLICIES = ("fixed", "noisy-window", "quantile", "raw-percentile")
+
+@dataclasses.dataclass(frozen=True)
+class ClipRule:
+    """What a policy's threshold moves with, which decides what its run's accounting must hold (module
+    docstring): the callers ask these properties, never the policy's name."""
+
+    name: str
+    adapts: bool  # the threshold changes during training
+    from_released: bool  # it moves with the released noisy sums only: post-processing, no privacy cost
+    releases_count: bool  # a noisy count of unclipped contributions is released with each sum (accounted)
+    reads_raw_norms: bool  # it moves with raw norms: the run has NO privacy guarantee
+
+    @property
+    def private(self) -> bool:
+        return not self.reads_raw_norms
+
+
+RULES = {r.name: r for r in (
+    ClipRule("fixed", adapts=False, from_released=False, releases_count=False, reads_raw_norms=False),
+    ClipRule("noisy-window", adapts=True, from_released=True, releases_count=False, reads_raw_norms=False),
+    ClipRule("quantile", adapts=True, from_released=False, releases_count=True, reads_raw_norms=False),
+    ClipRule("raw-percentile", adapts=True, from_released=False, releases_count=False, reads_raw_norms=True),
+)}
+POLICIES = tuple(RULES)
+
+
+def clip_rule(name: str) -> ClipRule:
+    """The rule of the policy ``name``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    try:
+        return RULES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"clip policy must be one of {', '.join(POLICIES)}, got {name!r}") from None
 
 
 class ClipPolicy:
@@ -50,8 +86,7 @@ class ClipPolicy:
 
     def __init__(self, policy: str = "fixed", initial: float = 1.0, *, window: int = 64, percentile: float = 50.0,
                  target: float = 0.5, learning_rate: float = 0.2, count_noise: Optional[float] = None):
-        if policy not in POLICIES:
-            raise ValueError(f"clip policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.rule = clip_rule(policy)
         self.policy = policy
         self.threshold = check_real("initial clip", initial, low=0.0, low_open=True, allow_inf=True)
         self.window = check_count("window", window, minimum=1)
@@ -59,14 +94,14 @@ class ClipPolicy:
         self.target = check_probability("target", target)
         self.learning_rate = check_real("learning_rate", learning_rate, low=0.0)
         self.count_noise = None if count_noise is None else check_positive("count_noise", count_noise)
-        if policy == "quantile" and self.count_noise is None:
+        if self.rule.releases_count and self.count_noise is None:
             raise ValueError("the quantile policy needs count_noise (sigma_b > 0, the noise on the unclipped count)")
         self._history: deque = deque(maxlen=self.window)
 
     @property
     def private(self) -> bool:
         """False for ``raw-percentile`` (thresholds from raw norms)."""
-        return self.policy != "raw-percentile"
+        return self.rule.private
 
     def _percentile(self) -> float:
         values = sorted(self._history)
@@ -76,7 +111,7 @@ class ClipPolicy:
 
     def after_release(self, released_norm: float) -> None:
         """noisy-window: record the norm of the released noisy average; update C once the window is full."""
-        if self.policy != "noisy-window":
+        if not self.rule.from_released:
             return
         if math.isfinite(released_norm):
             self._history.append(float(released_norm))
@@ -87,14 +122,14 @@ class ClipPolicy:
 
     def after_count(self, noisy_count: float, expected: float) -> None:
         """quantile: C <- C exp(-eta (b - gamma)), b = noisy_count / expected + 1/2 (the noisy fraction unclipped)."""
-        if self.policy != "quantile":
+        if not self.rule.releases_count:
             return
         fraction = noisy_count / expected + 0.5
         self.threshold *= math.exp(-self.learning_rate * (fraction - self.target))
 
     def after_raw_norms(self, norms) -> None:
         """raw-percentile (not private): C <- min(C, percentile of the raw norms of the last W tasks)."""
-        if self.policy != "raw-percentile":
+        if not self.rule.reads_raw_norms:
             return
         self._history.extend(float(n) for n in norms if math.isfinite(float(n)))
         if len(self._history) == self.window:

@@ -37,6 +37,7 @@ import torch
 from tqdm import tqdm
 
 from metadp.report import format_upper
+from metadp.training.clipping import clip_rule
 from metadp.training import algorithms, data_setups, datasets, run_folder
 from metadp.training.arguments import check_device, check_train_args
 from metadp.training.engines import flower as flower_engine
@@ -263,8 +264,8 @@ def _prepared_plan(args, alg):
 def _plan_config(args, plan, alg, inner_lr: float) -> TrainConfig:
     """The run's configuration: the plan's privacy settings (``plan_settings``) and the flags' optimisation ones."""
     settings = plan_settings(plan, alg)
-    if args.clip_policy == "noisy-window":  # post-processing of the released sums: the plan's accounting holds
-        settings["clip_policy"] = "noisy-window"
+    if args.clip_policy is not None and clip_rule(args.clip_policy).from_released:
+        settings["clip_policy"] = args.clip_policy  # post-processing of the released sums: the plan's accounting holds
     return TrainConfig(algorithm=args.algorithm, **settings, inner_steps=args.inner_steps, inner_lr=inner_lr,
                        outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
                        first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
@@ -355,7 +356,7 @@ def run_train(args) -> None:
     if args.save_plan:
         save_plan(args.save_plan, flags_plan(args, config))
         print(f"plan written to {args.save_plan} (metadp plan {args.save_plan} certifies it)")
-    if args.clip_policy == "raw-percentile":
+    if args.clip_policy is not None and clip_rule(args.clip_policy).reads_raw_norms:
         print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "
               "(dp-maml.txt Sec. 5.2.1): this run is NOT differentially private and reports no epsilon", file=sys.stderr)
     setup = {"--data": args.data, "--pool": args.pool, "--rotations": args.rotations,

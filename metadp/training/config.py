@@ -15,7 +15,7 @@ from metadp.sampling import RUN_SCHEMES
 from metadp.training import algorithms
 from metadp.training import functional as F
 from metadp.training.algorithms import Algorithm
-from metadp.training.clipping import POLICIES
+from metadp.training.clipping import clip_rule
 
 __all__ = ["TrainConfig", "TrainResult", "ALGORITHMS", "SAMPLERS", "UNITS"]
 
@@ -85,8 +85,7 @@ class TrainConfig:
             owners = ", ".join(a.name for a in algorithms.REGISTRY.values() if "record-vs-server" in a.units)
             raise ValueError("unit 'record-vs-server' (the record against the server that sees each client's "
                              f"update) exists for {owners} only")
-        if self.clip_policy not in POLICIES:
-            raise ValueError(f"clip_policy must be one of {POLICIES}, got {self.clip_policy!r}")
+        rule = clip_rule(self.clip_policy)
         if self.clip_mode not in F.CLIP_MODES:
             raise ValueError(f"clip_mode must be one of {F.CLIP_MODES}, got {self.clip_mode!r}")
         if not self.private:
@@ -99,15 +98,15 @@ class TrainConfig:
         for name, c, z in (("clip", self.clip, self.noise_multiplier), ("inner_clip", self.inner_clip, self.inner_noise)):
             if math.isinf(c) and z > 0:
                 raise ValueError(f"{name} = inf (no clipping) has unbounded sensitivity: noise cannot be calibrated to it")
-        if self.clip_policy != "fixed" and not alg.central_clip:
+        if rule.adapts and not alg.central_clip:
             raise ValueError(f"clip_policy {self.clip_policy!r} adapts the per-task clip of "
                              f"{algorithms.names(central_clip=True)}; "
                              f"{self.algorithm} clips per example with fixed thresholds")
-        if self.clip_policy == "raw-percentile" and math.isfinite(self.epsilon):
+        if rule.reads_raw_norms and math.isfinite(self.epsilon):
             raise ValueError("clip_policy 'raw-percentile' (dp-maml.txt Sec. 5.2.1) computes thresholds from raw "
                              "gradient norms: the run has no privacy guarantee, so it cannot have a budget (set "
                              "epsilon = inf to reproduce the published method explicitly)")
-        if self.clip_policy == "quantile" and self.bounded and 2 * self.quantile_count_noise <= self.noise_multiplier:
+        if rule.releases_count and self.bounded and 2 * self.quantile_count_noise <= self.noise_multiplier:
             raise ValueError(f"the quantile clip policy needs count_noise > z / 2 = {self.noise_multiplier / 2:.4g} (the "
                              f"count's noise is part of the step's budget), got {self.quantile_count_noise:.4g}; "
                              "raise --count-noise (default: meta-batch / 20)")

@@ -21,6 +21,7 @@ from metadp.accounting.adaptive_clipping import sum_noise_multiplier
 from metadp.plan import Plan, load_plan
 from metadp.plan_solve import calibrate_plan
 from metadp.sampling import RUN_SCHEMES
+from metadp.training.clipping import clip_rule
 from metadp.training import algorithms, datasets
 from metadp.training.plan_run import check_plan, fresh_episodes
 
@@ -83,7 +84,7 @@ def check_plan_flags(args, plan: Plan) -> None:
         if name == "noise" and args.epsilon is not None:
             raise ValueError("--noise and --epsilon: with --plan, --epsilon calibrates the plan's noise.multiplier; "
                              "give one of them")
-        if name == "clip_policy" and given == "noisy-window" and plan.noise.count_noise is None:
+        if name == "clip_policy" and clip_rule(given).from_released and plan.noise.count_noise is None:
             continue  # thresholds from the released noisy sums: post-processing, the plan's accounting holds
         want = _plan_value(plan, name)
         if want is None or (given != want if isinstance(given, str) else not math.isclose(given, want, rel_tol=1e-12)):
@@ -136,7 +137,7 @@ def flags_plan(args, config) -> Dict[str, Any]:
     else:
         sampling = {"scheme": "fixed", "population": args.pool, "batch_size": int(config.meta_batch)}
     noise = {"mechanism": "gaussian", "multiplier": config.noise_multiplier}
-    if config.clip_policy == "quantile":
+    if clip_rule(config.clip_policy).releases_count:
         # the trainer's z is the sum's and the count's together; the plan's multiplier is the sum's
         noise = {"mechanism": "gaussian",
                  "multiplier": sum_noise_multiplier(config.noise_multiplier, config.quantile_count_noise),

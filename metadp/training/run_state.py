@@ -20,7 +20,7 @@ from metadp.core import events as ev
 from metadp.sampling import of_lot, of_run
 from metadp.training import algorithms
 from metadp.training.budget import budget_schedule
-from metadp.training.clipping import ClipPolicy
+from metadp.training.clipping import ClipPolicy, clip_rule
 from metadp.training.config import TrainConfig
 from metadp.training.privacy import SamplingPlan
 from metadp.training.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
@@ -171,7 +171,7 @@ class _Run:
         self.noise_gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "noise"))
         self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
                                  target=c.clip_target, learning_rate=c.clip_lr,
-                                 count_noise=c.quantile_count_noise if c.clip_policy == "quantile" else None)
+                                 count_noise=c.quantile_count_noise if clip_rule(c.clip_policy).releases_count else None)
         self.multiplicity = pool.record_multiplicity() if c.private and plan_file is None else 1
         self.views = self._views()
         self.primary = next((v for v in self.views if v.key == c.budget_unit), None)

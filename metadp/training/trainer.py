@@ -64,6 +64,7 @@ from metadp.training import functional as F
 from metadp.training import run_folder
 from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
 from metadp.training.contributions import resolve as contribution_of
+from metadp.training.clipping import clip_rule
 from metadp.training.engines.local import LOCAL
 from metadp.training.run_state import _Run, _json_safe, calibrate, run_views, stream_seed
 
@@ -307,7 +308,9 @@ class _Release:
         self.c, self.run, self.audit, self.engine = c, run, audit, engine
         self.contribution = audit.contributions(contribution)
         self.central = c.private and c.family.central_clip  # per-task clip, then noise on the sum
-        self.quantile = c.clip_policy == "quantile" and self.central and c.bounded
+        rule = clip_rule(c.clip_policy)
+        self.raw_norms = self.central and rule.reads_raw_norms
+        self.quantile = rule.releases_count and self.central and c.bounded
         self.z_sum = (sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise) if self.quantile
                       else c.noise_multiplier)
 
@@ -320,7 +323,7 @@ class _Release:
         clipping = audit.clipping(self.central and math.isfinite(threshold) and c.bounded)
         total, norms, task_losses = self.engine.clipped_sum(
             c.family, model, detached, tasks, rows, weights, loss_fn, c, run, self.contribution,
-            threshold if clipping else None, self.central and c.clip_policy == "raw-percentile")
+            threshold if clipping else None, self.raw_norms)
         std = audit.release_std(c.family.release_std(c, threshold, self.z_sum))
         # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
         total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
@@ -368,7 +371,7 @@ def _adapt_clipping(run: _Run, c: TrainConfig, total, count, norms, weights) -> 
     run.policy.after_release(_flat_norm(total) / run.expected)
     if count is not None:
         run.policy.after_count(count, run.expected)
-    if c.clip_policy == "raw-percentile" and norms is not None:
+    if clip_rule(c.clip_policy).reads_raw_norms and norms is not None:
         run.policy.after_raw_norms(norms[weights > 0].tolist())
 
 
