@@ -20,6 +20,13 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "year": "2017",
         "eprint": "1702.07476",
     },
+    "fan2018image": {
+        "type": "inproceedings",
+        "title": "Image Pixelization with Differential Privacy",
+        "author": "Fan, Liyue",
+        "booktitle": "Data and Applications Security and Privacy XXXII (DBSec), LNCS 10980",
+        "year": "2018",
+    },
     "mironov2019sampled": {
         "type": "misc",
         "title": "R{\\'e}nyi Differential Privacy of the Sampled Gaussian Mechanism",

@@ -19,12 +19,13 @@ from metadp.accounting.registry import accountant_class
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
-__all__ = ["Report", "build_report", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
+__all__ = ["Report", "build_report", "no_guarantee", "relation_label", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
 
 _UNIT_TEXT = {
     "record": "one record (a single training example)",
     "task": "one task or client (all of its data, as a whole)",
     "group": "a group of units, protected together",
+    "image": "one image a user sends (its pixel values)",
 }
 
 
@@ -62,16 +63,19 @@ def _format_directed(x: float, digits: int, rounding: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-    """The certified guarantee of a plan (epsilon is an upper bound)."""
+    """The certified guarantee of a plan, a training run or a bare event (epsilon is an upper bound): the one
+    report type. A plan's and a run's report describe their sampling, noise and steps; an event's (one read
+    from a dp-accounting file, ``metadp.integrations._event_report``) has none of these and names its
+    ``event`` instead."""
 
     name: str
     epsilon: float  # certified upper bound
     delta: float
     unit: str
     relation: str
-    sampling: Dict[str, Any]  # scheme, rate, batch_size, population
-    noise: Dict[str, Any]  # mechanism, multiplier or scale
-    steps: int
+    sampling: Optional[Dict[str, Any]]  # scheme, rate, batch_size, population (None: a bare event)
+    noise: Optional[Dict[str, Any]]  # mechanism, multiplier or scale (None: a bare event)
+    steps: Optional[int]  # (None: a bare event, whose description counts its releases)
     accountant: str
     order: Optional[float]  # optimal Renyi order (RDP accountant), None/nan otherwise
     conversion: str
@@ -83,6 +87,7 @@ class Report:
     alternatives: Tuple[Dict[str, Any], ...] = ()  # every accountant's bound (``--accountant all``)
     other_units: Tuple[Dict[str, Any], ...] = ()  # the other meaningful units' bounds (metadp.units)
     group_size: Optional[int] = None
+    event: Optional[str] = None  # a bare event's one-line description (then sampling, noise and steps are None)
 
     bound = "upper"
 
@@ -125,10 +130,13 @@ class Report:
             ("unit", f"{self.unit}: {_UNIT_TEXT[self.unit]}"
                      + (f" (group of {self.group_size})" if self.group_size else "")),
             ("relation", _relation_text(self.relation, self.unit)),
-            ("sampling", from_record(self.sampling).text("unit" if self.unit == "group" else self.unit)),
-            ("noise", _noise_text(self.noise)),
-            ("steps", f"{self.steps:,}"),
         ]
+        if self.event is not None:
+            rows.append(("event", self.event))
+        else:
+            rows += [("sampling", from_record(self.sampling).text("unit" if self.unit == "group" else self.unit)),
+                     ("noise", _noise_text(self.noise)),
+                     ("steps", f"{self.steps:,}")]
         for alt in self.alternatives:
             lower = "" if alt["epsilon_lower"] is None else f", lower bound {_format_lower(alt['epsilon_lower'])}"
             mark = "  <- tightest" if alt["accountant"] == self.accountant else ""
@@ -136,7 +144,7 @@ class Report:
         for other in self.other_units:
             lower = "" if other["epsilon_lower"] is None else f", lower bound {_format_lower(other['epsilon_lower'])}"
             rows.append((f"{other['unit']}-level", f"<= {format_upper(other['epsilon'])}{lower}   (same plan, "
-                         f"{other['relation'].replace('_', '/')}, {other['accountant'].upper()}; see below)"))
+                         f"{relation_label(other['relation'])}, {other['accountant'].upper()}; see below)"))
         if self.claim and "epsilon" in self.claim:
             rows.append(("claimed", f"epsilon = {self.claim['epsilon']:g} ({self.claim.get('source', 'no source given')})"))
         width = max(len(k) for k, _ in rows)
@@ -156,17 +164,32 @@ class Report:
         return "\n".join(lines)
 
     def to_latex(self) -> str:
-        """A LaTeX table row (booktabs-style), preceded by a comment naming the columns."""
-        sampling = from_record(self.sampling).latex()
-        noise = (f"$z={self.noise['multiplier']:g}$" if self.noise["mechanism"] == "gaussian"
-                 else f"Laplace $b={self.noise['scale']:g}$")
-        relation = {"add_remove": "add/remove", "substitute": "substitution"}[self.relation]
+        """A LaTeX table row (booktabs-style), preceded by a comment naming the columns (a bare event: its
+        description in the sampling column, the noise and steps columns empty)."""
+        if self.event is not None:
+            sampling, noise = _latex_escape(self.event), ""
+        else:
+            sampling = from_record(self.sampling).latex()
+            noise = (f"$z={self.noise['multiplier']:g}$" if self.noise["mechanism"] == "gaussian"
+                     else f"Laplace $b={self.noise['scale']:g}$")
+        relation = relation_label(self.relation)
         delta = _latex_number(self.delta)
         bound = r"\infty" if math.isinf(self.epsilon) else format_upper(self.epsilon)
-        cells = [_latex_escape(self.name), self.unit, relation, sampling, noise, f"{self.steps:,}".replace(",", "{,}"),
+        steps = "" if self.steps is None else f"{self.steps:,}".replace(",", "{,}")
+        cells = [_latex_escape(self.name), self.unit, relation, sampling, noise, steps,
                  f"$\\le {bound}$", f"${delta}$", self.accountant.upper()]
         header = "% plan & unit & relation & sampling & noise & steps & epsilon (upper bound) & delta & accountant"
         return header + "\n" + " & ".join(cells) + " \\\\"
+
+
+def no_guarantee(name: str, warning: str, **fields) -> Dict[str, Any]:
+    """The ``Report`` schema of a run that certifies nothing: every field None, ``bound`` "none", the reason as
+    its one warning, and ``fields`` (what the run does describe: sampling, noise, steps)."""
+    d = {f.name: None for f in dataclasses.fields(Report)}
+    d.update(name=name, assumptions=[], citations=[], warnings=[warning], alternatives=[], other_units=[],
+             bound="none", epsilon_display=None, epsilon_interval_width=None, metadp_version=__version__)
+    d.update(fields)
+    return d
 
 
 def json_epsilon(x: float):
@@ -213,7 +236,17 @@ def _latex_escape(text: str) -> str:
     return text
 
 
+_RELATION_LABELS = {"add_remove": "add/remove", "substitute": "substitution", "m_pixels": "m-pixel"}
+
+
+def relation_label(relation: str) -> str:
+    """A neighbouring relation in two words, for tables ("add/remove", "substitution", "m-pixel")."""
+    return _RELATION_LABELS[relation]
+
+
 def _relation_text(relation: str, unit: str) -> str:
+    if relation == "m_pixels":
+        return f"m-pixel: neighbouring {unit}s differ in at most m pixel values (DP-Pix's relation, Fan 2018)"
     if relation == "add_remove":
         return f"add/remove: neighbouring datasets differ by one {unit} added or removed"
     return f"substitution: neighbouring datasets differ by one {unit} replaced by another"

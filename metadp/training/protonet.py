@@ -39,6 +39,7 @@ from metadp.core.validation import check_count, check_delta, check_positive, che
 from metadp.accounting.certify import certify
 from metadp.mechanisms import obfuscation as obfuscations
 from metadp.mechanisms.dp_pix import dp_pix, dp_pix_event
+from metadp.report import Report, no_guarantee
 from metadp.training.evaluate import Score
 from metadp.training.protonet_models import Denoiser, ProtoNet, denoising_loss, prototypical_loss
 
@@ -382,33 +383,57 @@ def _composed(epsilon: float, releases: int, delta: float) -> dict:
             "direction": "upper bound (pure: basic composition, exact for n releases at delta 0; at delta: PLD)"}
 
 
-def privacy_report(config: ProtoConfig, train_releases: int, eval_releases: int, delta: float = 1e-5) -> dict:
-    """The user's guarantee against the server that receives the obfuscated images, as a JSON-able dict.
+_ADVERSARY = "the server that receives the obfuscated images"
 
-    One released test image: epsilon-DP for m-pixel neighbours under DP-Pix, none otherwise. Images
-    released several times (a training image drawn into n episodes, each re-obfuscated; the same
-    test image sent n times) compose: ``dp_pix_event(eps, n)`` through the PLD accountant, an upper
-    bound at ``delta``, and n eps at delta 0.
+
+def privacy_report(config: ProtoConfig, train_releases: int, eval_releases: int, delta: float = 1e-5) -> dict:
+    """The user's guarantee against the server that receives the obfuscated images, in the one report schema
+    (``metadp.report.Report``: unit ``image``, relation ``m_pixels``) plus the run's own fields.
+
+    One released test image: epsilon-DP for m-pixel neighbours under DP-Pix, none otherwise (the report's
+    headline, certified at ``delta`` by the PLD accountant). Images released several times (a training image
+    drawn into n episodes, each re-obfuscated; the same test image sent n times) compose:
+    ``dp_pix_event(eps, n)`` through the PLD accountant, an upper bound at ``delta``, and n eps at delta 0
+    (``composed_epsilon``; the most-released training and evaluation images are the ``other_units``).
     """
     delta = check_delta("delta", delta)
     name = config.obfuscation
-    report = {"obfuscation": name, "relation": "m-pixel neighbours",
-              "adversary": "the server that receives the obfuscated images",
-              "releases_per_image": {"user_test_image": 1, "training_max": train_releases,
-                                     "evaluation_max": eval_releases}}
+    run = {"obfuscation": name, "adversary": _ADVERSARY,
+           "releases_per_image": {"user_test_image": 1, "training_max": train_releases,
+                                  "evaluation_max": eval_releases}}
+    title = f"metadp train protonet, obfuscation {name}"
     if name == "none":
-        return {**report, "guarantee": "none: images are sent unobfuscated", "formal": False,
-                "per_image_epsilon": None, "m": None, "composed_epsilon": None}
+        why = "none: images are sent unobfuscated"
+        return {**no_guarantee(title, why, unit="image", relation="m_pixels"), **run, "guarantee": why,
+                "formal": False, "per_image_epsilon": None, "m": None, "composed_epsilon": None}
     m = (config.m or 1) if name == "dp_pix" else None
     text = obfuscations.guarantee(name, epsilon=config.epsilon, m=m) if m else obfuscations.guarantee(name)
-    report.update(guarantee=text, formal=obfuscations.FORMAL_GUARANTEE[name], m=m,
-                  per_image_epsilon=config.epsilon if name == "dp_pix" else None, composed_epsilon=None)
-    if name == "dp_pix":
-        report["composed_epsilon"] = {
-            "one_test_image": _composed(config.epsilon, 1, delta),
-            "training_image_max": _composed(config.epsilon, max(train_releases, 1), delta),
-            "evaluation_image_max": _composed(config.epsilon, max(eval_releases, 1), delta),
-            "note": ("each obfuscation of an image is a release; the training images are the server's own (it "
-                     "holds them in the clear), so their composed epsilon is what the guarantee would be had "
-                     "users sent them re-obfuscated that often")}
-    return report
+    run.update(guarantee=text, formal=obfuscations.FORMAL_GUARANTEE[name], m=m,
+               per_image_epsilon=config.epsilon if name == "dp_pix" else None, composed_epsilon=None)
+    if name != "dp_pix":
+        return {**no_guarantee(title, text, unit="image", relation="m_pixels"), **run}
+    composed = {"one_test_image": _composed(config.epsilon, 1, delta),
+                "training_image_max": _composed(config.epsilon, max(train_releases, 1), delta),
+                "evaluation_image_max": _composed(config.epsilon, max(eval_releases, 1), delta),
+                "note": ("each obfuscation of an image is a release; the training images are the server's own (it "
+                         "holds them in the clear), so their composed epsilon is what the guarantee would be had "
+                         "users sent them re-obfuscated that often")}
+    return {**_dp_pix_report(title, text, config.epsilon, composed, delta).to_dict(), **run,
+            "composed_epsilon": composed}
+
+
+def _dp_pix_report(title: str, text: str, epsilon: float, composed: dict, delta: float) -> Report:
+    """The DP-Pix guarantee of one released image, the most-released images beside it."""
+    event = dp_pix_event(epsilon, 1)
+    cert = certify(event, delta, accountant="pld").tightest
+    others = tuple({"unit": key.replace("_max", "").replace("_", " "), "relation": "m_pixels",
+                    "epsilon": c["epsilon_at_delta"], "epsilon_lower": None, "accountant": "pld",
+                    "how": f"the most-released such image: {c['releases']:,} DP-Pix releases composed (PLD); basic composition: "
+                           f"{c['epsilon_pure']:g} at delta 0", "notes": []}
+                   for key, c in composed.items() if key in ("training_image_max", "evaluation_image_max"))
+    return Report(name=title, epsilon=cert.epsilon, delta=delta, unit="image", relation="m_pixels", sampling=None,
+                  noise=None, steps=None, accountant=cert.accountant, order=cert.order, conversion=cert.conversion,
+                  assumptions=(text, f"the adversary: {_ADVERSARY}", "each image is obfuscated on the user's side "
+                               "before it is sent; everything the server computes from it is post-processing")
+                  + cert.assumptions, citations=("fan2018image",) + cert.citations, epsilon_lower=cert.epsilon_lower,
+                  other_units=others, event=event.describe())

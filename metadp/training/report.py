@@ -10,12 +10,10 @@ uses fixed-size batches ...") are not repeated: here the trainer itself executed
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, Optional, Sequence
 
-from metadp import __version__
 from metadp.accounting.registry import accountant_class, make_accountant
-from metadp.report import Report
+from metadp.report import Report, no_guarantee
 from metadp.sampling import Guarantee, Sampling
 
 __all__ = ["run_report"]
@@ -29,11 +27,8 @@ def run_report(name: str, primary: Optional[Guarantee], others: Sequence[Guarant
                noise: Optional[Dict[str, Any]], steps: int, delta: Optional[float]) -> Dict[str, Any]:
     """The plan-report dict of a run: ``primary`` certified (None: no guarantee), ``others`` beside it."""
     if primary is None:
-        d = {f.name: None for f in dataclasses.fields(Report)}
-        d.update(name=name, sampling=scheme.to_dict(), noise=noise, steps=steps, assumptions=[], citations=[],
-                 warnings=["non-private: no privacy guarantee"], alternatives=[], other_units=[], bound="none",
-                 epsilon_display=None, epsilon_interval_width=None, metadp_version=__version__)
-        return d
+        return no_guarantee(name, "non-private: no privacy guarantee", sampling=scheme.to_dict(), noise=noise,
+                            steps=steps)
     unit = "unit" if primary.unit == "group" else primary.unit
     assumptions = (f"{primary.basis}" if primary.basis else primary.how,) + tuple(scheme.assumptions(unit)) + (
         f"the adversary: {primary.adversary}",

@@ -124,9 +124,14 @@ def test_percentage_gain_is_the_papers_ratio():
 def test_privacy_report_dp_pix_composes_and_blur_pixelize_have_none():
     report = privacy_report(ProtoConfig(obfuscation="dp_pix", epsilon=3.0, cell=4), 7, 2)
     assert report["per_image_epsilon"] == 3.0 and report["m"] == 1 and report["formal"]
-    assert report["relation"] == "m-pixel neighbours"
+    # the one report schema (issue 29): unit image, DP-Pix's m-pixel relation, the headline one released image
+    assert report["relation"] == "m_pixels" and report["unit"] == "image" and report["bound"] == "upper"
     assert report["adversary"] == "the server that receives the obfuscated images"
     composed = report["composed_epsilon"]
+    assert report["epsilon"] == composed["one_test_image"]["epsilon_at_delta"] <= 3.0 + 1e-9  # pure 3-DP, at 1e-5
+    assert report["epsilon"] > 2.9 and "fan2018image" in report["citations"]
+    assert [o["epsilon"] for o in report["other_units"]] == [composed["training_image_max"]["epsilon_at_delta"],
+                                                             composed["evaluation_image_max"]["epsilon_at_delta"]]
     assert composed["one_test_image"]["epsilon_pure"] == 3.0
     assert composed["training_image_max"]["epsilon_pure"] == 21.0  # 7 releases, basic composition
     assert 3.0 * 6 < composed["training_image_max"]["epsilon_at_delta"] <= 21.0 + 1e-9  # PLD at 1e-5: just below
@@ -134,6 +139,7 @@ def test_privacy_report_dp_pix_composes_and_blur_pixelize_have_none():
         report = privacy_report(config, 7, 2)
         assert report["guarantee"].startswith("none") and not report["formal"]
         assert report["per_image_epsilon"] is None and report["composed_epsilon"] is None
+        assert report["bound"] == "none" and report["epsilon"] is None and report["warnings"][0].startswith("none")
 
 
 @pytest.mark.parametrize("kwargs, match", [
