@@ -35,7 +35,7 @@ UNITS = ("record", "task", "group")
 MECHANISMS = ("gaussian", "laplace")
 CLIPPING = ("per_episode", "per_example")
 _TOP_KEYS = ("name", "description", "unit", "group_size", "relation", "delta", "steps", "epochs", "accountant",
-             "references", "sampling", "noise", "hierarchy", "claim")
+             "references", "sampling", "noise", "hierarchy", "claim", "record_multiplicity")
 _SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes")
 _NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise")
 _CLAIM_KEYS = ("epsilon", "source")
@@ -139,6 +139,9 @@ class Plan:
     claim: Optional[Mapping[str, Any]] = None
     group_size: Optional[int] = None  # unit = group: records (or tasks) protected together
     hierarchy: Optional[Hierarchy] = None  # how episodes (tasks) are drawn from records, top level first
+    # unit = task over a fixed population: each record is in at most this many of its tasks (the record level is
+    # then reported beside the task level; a training run's pool declares it, ``metadp train --save-plan``)
+    record_multiplicity: Optional[int] = None
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Plan":
@@ -176,6 +179,7 @@ class Plan:
                 raise ValueError(f"references must hold citation keys (strings), got {key!r}")
             if key not in CITATIONS:
                 raise ValueError(f"references contains unknown citation key {key!r}")
+        multiplicity = _record_multiplicity(d, unit, sampling, noise, hierarchy)
         claim = d.get("claim")
         if claim is not None and not isinstance(claim, Mapping):
             raise ValueError(f"claim must be a table with keys {', '.join(_CLAIM_KEYS)}, got {claim!r}")
@@ -189,7 +193,7 @@ class Plan:
         plan = cls(name=name, unit=unit, relation=relation, delta=delta, steps=steps, sampling=sampling,
                    noise=noise, accountant=accountant, description=str(d.get("description", "")),
                    references=references, claim=dict(claim) if claim else None, group_size=group_size,
-                   hierarchy=hierarchy)
+                   hierarchy=hierarchy, record_multiplicity=multiplicity)
         plan._check_supported()
         return plan
 
@@ -242,6 +246,26 @@ def _group_size(d: Mapping, unit: str) -> Optional[int]:
     if "group_size" in d:
         raise ValueError("group_size applies only to unit = 'group'")
     return None
+
+
+def _record_multiplicity(d: Mapping, unit: str, sampling: Sampling, noise: NoiseSpec,
+                         hierarchy: Optional[Hierarchy]) -> Optional[int]:
+    """``record_multiplicity``: in how many tasks of a fixed population one record is at most (unit = task,
+    Gaussian noise on per-task clipped contributions, no [[hierarchy]], which draws fresh episodes instead)."""
+    if "record_multiplicity" not in d:
+        return None
+    k = check_count("record_multiplicity", d["record_multiplicity"], minimum=1, maximum=ev.MAX_COUNT)
+    if unit != "task":
+        raise ValueError("record_multiplicity applies to unit = 'task' (records shared between the tasks of the "
+                         "population; the record level is reported beside the task level)")
+    if hierarchy is not None:
+        raise ValueError("record_multiplicity describes a fixed pool of tasks; with [[hierarchy]] levels every task "
+                         "is a fresh episode and the levels give the record level: give one of them")
+    if noise.mechanism != "gaussian":
+        raise ValueError("record_multiplicity needs noise.mechanism = 'gaussian' (a clipped sum with Gaussian noise)")
+    if getattr(sampling, "population", None) is None:
+        raise ValueError("record_multiplicity needs sampling.population (the fixed pool of tasks)")
+    return k
 
 
 def _hierarchy(d: Mapping, sampling: Sampling, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:
@@ -352,8 +376,11 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
         best = dataclasses.replace(best, epsilon_lower=own_lower, notes=tuple(best.notes) + one_pass_comparison(
             plan.sampling, plan.relation, plan.noise.event(), plan.steps, plan.delta, min(own_lower, best.epsilon),
             best.epsilon))
-    other_units = []
+    other_units, unbounded = [], []
     for view in others:
+        if not view.events:  # this unit has no bound implemented: the report says so, never omits it silently
+            unbounded.append(f"{view.unit}-level: no guarantee is certified ({view.reason})")
+            continue
         try:
             other = certify(view.events, plan.delta, steps=view.steps, relation=view.relation, accountant=names,
                             max_seconds=max_seconds).tightest
@@ -362,7 +389,7 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
         other_units.append(view.certified(other.epsilon, other.epsilon_lower, other.accountant,
                                           other.notes).other_unit())
     return build_report(plan, best, alternatives=found.certificates if name == "all" else (), view=primary,
-                        other_units=other_units)
+                        other_units=other_units, unbounded=unbounded)
 
 
 def check_plan_certifies(plan: Plan) -> None:

@@ -258,12 +258,13 @@ def _noise_text(n: Dict[str, Any]) -> str:
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
-def build_report(plan, certificate, *, alternatives=(), view=None, other_units=()) -> Report:
+def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(), unbounded=()) -> Report:
     """Assembles the report of ``plan`` from the tightest accountant's ``Certificate`` (``plan_epsilon``);
-    ``alternatives``: every accountant's certificate, listed where the plan asked for all of them."""
+    ``alternatives``: every accountant's certificate, listed where the plan asked for all of them;
+    ``unbounded``: a warning for each other unit that has no bound."""
     epsilon, notes = certificate.epsilon, certificate.notes
     assumptions, citations, warnings = _analysis_notes(plan, certificate, view, other_units)
-    warnings += list(notes)
+    warnings += list(unbounded) + list(notes)
     if math.isinf(epsilon):
         warnings.insert(0, f"no finite epsilon is certified: at delta {plan.delta:g} every accountant that handles this "
                            "plan gives infinity (too little noise, or a non-private release), so the plan protects "
@@ -333,7 +334,8 @@ def _analysis_notes(plan, certificate, view=None, other_units=()):
     if plan.unit == "task" and not any(o["unit"] == "record" for o in other_units):
         warnings.append("task-level guarantee: it protects a whole task or client. A single record that appears "
                         "in many tasks or episodes has a different (record-level) guarantee, which this report "
-                        "does not give (add the plan's [[hierarchy]] to get it)")
+                        "does not give (add the plan's [[hierarchy]], or its record_multiplicity over a fixed pool of "
+                        "Poisson-sampled tasks, to get it)")
     for other in other_units:
         if other["unit"] == "record" and other["epsilon"] > 0:
             warnings.append(f"record-level epsilon <= {format_upper(other['epsilon'])}: a record appears in many "

@@ -37,6 +37,19 @@ UnitView = Guarantee
 
 def unit_views(plan) -> Tuple[Guarantee, ...]:
     """Every meaningful unit's view of ``plan``, the plan's own unit first (``primary``); the plan's
-    sampling scheme builds them (``metadp.sampling``)."""
-    return plan.sampling.guarantees(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.group_size,
-                                    plan.noise.clipping)
+    sampling scheme builds them (``metadp.sampling``). A task-level plan over a fixed pool that declares
+    ``record_multiplicity`` also has the record's view (``pooled_record_view``)."""
+    views = plan.sampling.guarantees(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.group_size,
+                                     plan.noise.clipping)
+    k = getattr(plan, "record_multiplicity", None)
+    return views if k is None else views + (pooled_record_view(plan.sampling, plan.noise.event(), k, views[0]),)
+
+
+def pooled_record_view(sampling, inner, k: int, task: Guarantee) -> Guarantee:
+    """The record's guarantee when each record is in at most ``k`` tasks of a fixed pool and each task's
+    contribution is clipped to C under ``inner`` (the same view the trainer gives a flag run of that pool:
+    ``Sampling.pooled_task_record``); charged as the scheme charges it, over the task view's charges."""
+    charge, event, basis, reason = sampling.pooled_task_record(inner.noise_multiplier, k)
+    return Guarantee("record", "record", task.adversary, "add_remove", charge, event, basis,
+                     reason or f"one record added or removed; it is in at most {k} task(s) of the pool, each of "
+                               "which moves the clipped sum by up to 2C", steps=task.steps)

@@ -109,3 +109,47 @@ def test_a_string_without_newline_is_a_path_even_with_equals(tmp_path, monkeypat
 def test_loads_plan_reads_text_only():
     with pytest.raises(ValueError, match="plan text must be a str"):
         loads_plan(Path("examples/dp_sgd_mnist.toml"))
+
+
+def _pool_plan(**top):
+    d = {"name": "pool", "unit": "task", "delta": 1e-5, "steps": 50,
+         "sampling": {"scheme": "poisson", "population": 500, "batch_size": 25}, "noise": {"multiplier": 1.2}}
+    d.update(top)
+    return d
+
+
+def test_record_multiplicity_reports_the_records_pool_view():
+    from metadp.accounting.certify import certify
+    from metadp.core import events as ev
+
+    one = plan_epsilon(Plan.from_dict(_pool_plan(record_multiplicity=1)))
+    record = next(o for o in one.other_units if o["unit"] == "record")
+    # the oracle: k = 1 under Poisson sampling is the pool-substitution pair, 50 steps at rate 25 / 500
+    expected = certify(ev.PoolSubstitution(0.05, ev.Gaussian(1.2)), 1e-5, steps=50).epsilon
+    assert record["epsilon"] == pytest.approx(expected, rel=1e-9) and record["epsilon"] > one.epsilon
+    assert not any("which this report does not give" in w for w in one.warnings)
+    three = plan_epsilon(Plan.from_dict(_pool_plan(record_multiplicity=3)))
+    record3 = next(o for o in three.other_units if o["unit"] == "record")
+    revealed = certify(ev.EpisodicSampled(3, 0.05, 1.0, ev.Gaussian(1.2 / 2), 1.0), 1e-5, steps=50).epsilon
+    assert record3["epsilon"] == pytest.approx(revealed, rel=1e-9) and record3["epsilon"] > record["epsilon"]
+    assert plan_epsilon(Plan.from_dict(_pool_plan())).other_units == ()  # not declared: no record view
+
+
+def test_record_multiplicity_without_a_bound_says_so():
+    fixed = _pool_plan(record_multiplicity=2, relation="substitute",
+                       sampling={"scheme": "fixed", "population": 500, "batch_size": 25})
+    report = plan_epsilon(Plan.from_dict(fixed))
+    assert report.other_units == ()
+    assert any(w.startswith("record-level: no guarantee is certified") for w in report.warnings)
+
+
+@pytest.mark.parametrize("top, words", [
+    ({"record_multiplicity": 0}, "record_multiplicity must be"),
+    ({"record_multiplicity": 2, "unit": "record"}, "record_multiplicity applies to unit = 'task'"),
+    ({"record_multiplicity": 2, "noise": {"mechanism": "laplace", "scale": 1.0}}, "needs noise.mechanism"),
+    ({"record_multiplicity": 2, "sampling": {"scheme": "poisson", "rate": 0.1}}, "needs sampling.population"),
+    ({"record_multiplicity": "3"}, "record_multiplicity"),
+])
+def test_record_multiplicity_refusals(top, words):
+    with pytest.raises(ValueError, match=words):
+        Plan.from_dict(_pool_plan(**top))

@@ -116,6 +116,8 @@ def certify(events: Union[ev.Event, Sequence[ev.Event]], delta: float, *, steps:
     """
     names = accountant_names(accountant)
     alternatives = () if composed is not None else (events,) if isinstance(events, ev.Event) else tuple(events)
+    if composed is None and not alternatives:
+        raise ValueError("certify needs at least one event (a unit without an event has no guarantee to certify)")
     found, refused, errors = [], [], []
     for name in names:
         try:

@@ -354,7 +354,7 @@ def run_train(args) -> None:
               f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
               f"{args.delta:g}, the tightest of the accountants that interpret its event: accounting.certify)")
     if args.save_plan:
-        save_plan(args.save_plan, flags_plan(args, config))
+        save_plan(args.save_plan, flags_plan(args, config, pool.record_multiplicity()))
         print(f"plan written to {args.save_plan} (metadp plan {args.save_plan} certifies it)")
     if args.clip_policy is not None and clip_rule(args.clip_policy).reads_raw_norms:
         print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "

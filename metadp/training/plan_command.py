@@ -124,9 +124,10 @@ def flags_plan_refusal(alg, unit: str, sampler: str) -> Optional[str]:
     return None if why is None else f"--save-plan: {why}"
 
 
-def flags_plan(args, config) -> Dict[str, Any]:
-    """The plan table a flag run describes (``--save-plan`` without ``--plan``); raises where no plan file
-    expresses the run (:func:`flags_plan_refusal`)."""
+def flags_plan(args, config, record_multiplicity: int) -> Dict[str, Any]:
+    """The plan table a flag run describes (``--save-plan`` without ``--plan``), with the pool's
+    ``record_multiplicity`` (each record in at most that many of its tasks: the plan then reports the run's
+    record view too); raises where no plan file expresses the run (:func:`flags_plan_refusal`)."""
     why = flags_plan_refusal(config.family, config.budget_unit, config.sampling)
     if why is not None:
         raise ValueError(why)
@@ -144,7 +145,7 @@ def flags_plan(args, config) -> Dict[str, Any]:
                  "count_noise": config.quantile_count_noise}
     return {"name": f"metadp train {args.algorithm} --data {args.data}", "unit": "task",
             "relation": "substitute" if config.sampling == "fixed" else "add_remove", "delta": config.delta,
-            "steps": config.steps, "sampling": sampling, "noise": noise}
+            "steps": config.steps, "sampling": sampling, "noise": noise, "record_multiplicity": record_multiplicity}
 
 
 def save_plan(path: str, table: Dict[str, Any]) -> None:

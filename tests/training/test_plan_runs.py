@@ -227,9 +227,15 @@ def test_flag_run_save_plan_writes_the_equivalent_plan(tmp_path, capsys):
                  "--out", str(out)]) == 0
     plan = loads_plan(saved.read_text())
     assert (plan.unit, plan.steps, plan.noise.multiplier, plan.sampling.rate) == ("task", 3, 1.1, 0.1)
-    task = next(v for v in json.loads((out / "privacy_report.json").read_text())["views"] if v["view"] == "task")
-    # the run's ledger (PLD) and the plan's report (the tightest of RDP and PLD) agree closely
-    assert _plan_json(str(saved), capsys)["epsilon"] == pytest.approx(task["epsilon"], rel=1e-3)
+    assert plan.record_multiplicity == 1  # the sinusoid pool: every task its own records
+    views = {v["view"]: v for v in json.loads((out / "privacy_report.json").read_text())["views"]}
+    # the run's ledgers and the plan's report (both the tightest accountant): the task view and, through the
+    # plan's record_multiplicity, the record view (issue 29: flags compile to a plan)
+    planned = _plan_json(str(saved), capsys)
+    assert planned["epsilon"] == pytest.approx(views["task"]["epsilon"], rel=1e-3)
+    record = next(o for o in planned["other_units"] if o["unit"] == "record")
+    assert record["epsilon"] == pytest.approx(views["record"]["epsilon"], rel=1e-3)
+    assert record["epsilon"] > planned["epsilon"]  # the pool-substitution pair: a record costs more than a task
 
 
 @pytest.mark.parametrize("flags, words", [
@@ -358,3 +364,31 @@ def test_a_plans_count_noise_runs_the_quantile_policy_accounted_as_the_plan_acco
     # the trainer's z is the sum's and the count's together; the sum itself carries the plan's multiplier
     assert config["noise_multiplier"] == pytest.approx(combined_noise_multiplier(0.9, 2.0), rel=1e-12)
     assert sum_noise_multiplier(config["noise_multiplier"], 2.0) == pytest.approx(0.9, rel=1e-9)
+
+
+def test_a_saved_flag_plan_runs_with_the_flag_runs_views(tmp_path, capsys):
+    # flags -> plan -> run: the plan run has the flag run's task and record views, with the same epsilons
+    saved, flags, planned = tmp_path / "flags.toml", tmp_path / "flags", tmp_path / "planned"
+    common = ["--data", "sinusoid", "--first-order", "--eval-tasks", "10"]
+    assert main(["train", "dp-maml", "--noise", "1.1", "--steps", "3", "--meta-batch", "10", "--pool", "100",
+                 "--save-plan", str(saved), "--out", str(flags), *common]) == 0
+    assert main(["train", "dp-maml", "--plan", str(saved), "--out", str(planned), *common]) == 0
+    capsys.readouterr()
+    by_flags = {v["view"]: v for v in json.loads((flags / "privacy_report.json").read_text())["views"]}
+    report = json.loads((planned / "privacy_report.json").read_text())
+    assert {v["view"] for v in report["views"]} == {"task", "record"}
+    assert all(v["ledger_matches_plan"] for v in report["views"])
+    assert report["epsilon"] == pytest.approx(by_flags["task"]["epsilon"], rel=1e-3)
+    record = next(o for o in report["other_units"] if o["unit"] == "record")
+    assert record["epsilon"] == pytest.approx(by_flags["record"]["epsilon"], rel=1e-3)
+
+
+def test_a_pool_whose_records_repeat_more_than_the_plan_says_is_refused(tmp_path, capsys, monkeypatch):
+    from metadp.training.tasks import SinusoidPool
+
+    plan = _write(tmp_path, SINUSOID_PLAN.replace('name = ', 'record_multiplicity = 1\nname = ', 1))
+    monkeypatch.setattr(SinusoidPool, "record_multiplicity", lambda self: 2)
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "a record is in up to 2 tasks of this pool, the plan's record_multiplicity is 1" in err
