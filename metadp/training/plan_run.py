@@ -33,7 +33,7 @@ from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import Episodic, Guarantee
 from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
-from metadp.training.report import run_report
+from metadp.training.report import run_report, view_entry
 
 __all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "plan_views", "plan_report", "fresh_episodes",
            "plan_run_report", "PLAN_ALGORITHMS"]
@@ -135,6 +135,11 @@ def plan_report(plan: Plan, steps: int) -> Dict[str, Any]:
     return plan_epsilon(dataclasses.replace(plan, steps=steps)).to_dict()
 
 
+def _finite(epsilon) -> Optional[float]:
+    """A report's JSON epsilon as a view's: the number, or None where nothing finite is certified ("inf")."""
+    return epsilon if isinstance(epsilon, (int, float)) and math.isfinite(epsilon) else None
+
+
 def plan_run_report(plan: Plan, c, views, ledgers, steps: int, prefix: int, last_step: int, threshold: float,
                     expected: float) -> Dict[str, Any]:
     """A plan run's ``privacy_report.json``: the plan's report over ``prefix`` steps (the releases on record;
@@ -147,16 +152,16 @@ def plan_run_report(plan: Plan, c, views, ledgers, steps: int, prefix: int, last
         out = run_report(f"metadp train {c.algorithm} (plan: {plan.name})", None, (), plan.sampling, noise, steps,
                          None)
     prefix_views = {g.key: g for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
+    certified = {out["unit"]: (out["epsilon"], out["accountant"])} if c.private else {}
+    certified.update({o["unit"]: (o["epsilon"], o["accountant"]) for o in out.get("other_units", ())})
     entries = []
     for v in views:
         ledger = ledgers.get(v.key)
         charges = len(ledger.entries) if ledger is not None else 0
         planned = prefix_views[v.key].steps if v.key in prefix_views else None
-        entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
-                        "charged_per": v.charge, "charges": charges, "planned_charges": planned,
-                        "event": v.event.describe() if v.event is not None else None,
-                        "ledger_matches_plan": ledger is not None and charges == planned
-                        and all(r.event == v.event for r in ledger.entries)})
+        epsilon, accountant = certified.get(v.unit, (None, None))
+        entries.append(view_entry(v, ledger, _finite(epsilon), accountant, planned=planned, matches=(
+            ledger is not None and charges == planned and all(r.event == v.event for r in ledger.entries))))
     out.update({
         "engine": "local", "algorithm": c.algorithm, "private": c.private, "plan": plan.name,
         "steps_done": steps, "plan_steps": plan.steps, "plan_prefix_steps": prefix,

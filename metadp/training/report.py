@@ -16,7 +16,20 @@ from metadp.accounting.registry import accountant_class, make_accountant
 from metadp.report import Report, no_guarantee
 from metadp.sampling import Guarantee, Sampling
 
-__all__ = ["run_report"]
+__all__ = ["run_report", "view_entry"]
+
+
+def view_entry(v: Guarantee, ledger, epsilon: Optional[float], accountant: Optional[str], *,
+               planned: Optional[int] = None, matches: Optional[bool] = None) -> Dict[str, Any]:
+    """One entry of ``privacy_report.json``'s ``views``, the one shape of flag and plan runs: the view, its
+    charges on record, its certified epsilon (None: no guarantee) and, for a plan run, the charges the plan
+    composes over the steps run (``planned_charges``) and whether the ledger holds exactly them
+    (``ledger_matches_plan``; both None for a flag run)."""
+    return {"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
+            "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
+            "epsilon": epsilon, "guarantee": "none" if epsilon is None else "upper bound",
+            "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
+            "accountant": accountant, "note": v.reason, "planned_charges": planned, "ledger_matches_plan": matches}
 
 
 def _other(g: Guarantee) -> Dict[str, Any]:

@@ -24,7 +24,7 @@ from metadp.training.clipping import ClipPolicy, clip_rule
 from metadp.training.config import TrainConfig
 from metadp.training.privacy import SamplingPlan
 from metadp.training.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
-from metadp.training.report import run_report
+from metadp.training.report import run_report, view_entry
 from metadp.training.samplers import EpisodicSampler, sampler_for
 from metadp.training.tasks import FreshEpisodes
 
@@ -338,11 +338,7 @@ class _Run:
                 lowers = [x.epsilon_lower for x in found.certificates if x.epsilon_lower is not None]
                 if eps is not None:
                     certified[v.key] = v.certified(eps, max(lowers) if lowers and ledger.entries else None, kind)
-            entries.append({"view": v.key, "unit": v.unit, "adversary": v.adversary, "relation": v.relation,
-                            "charged_per": v.charge, "charges": len(ledger.entries) if ledger is not None else 0,
-                            "epsilon": eps, "guarantee": "none" if eps is None else "upper bound",
-                            "event": v.event.describe() if v.event is not None else None, "basis": v.basis,
-                            "accountant": kind, "note": v.reason})
+            entries.append(view_entry(v, ledger, eps, kind))
         plan, scheme = self.plan, of_run(self.plan)
         name = f"metadp train {c.algorithm}"
         noise = {"mechanism": "gaussian", "multiplier": c.noise_multiplier} if c.private else None

@@ -378,6 +378,10 @@ def test_a_saved_flag_plan_runs_with_the_flag_runs_views(tmp_path, capsys):
     report = json.loads((planned / "privacy_report.json").read_text())
     assert {v["view"] for v in report["views"]} == {"task", "record"}
     assert all(v["ledger_matches_plan"] for v in report["views"])
+    by_plan = {v["view"]: v for v in report["views"]}
+    assert all(set(by_plan[k]) == set(by_flags[k]) for k in by_plan)  # one views shape (issue 29)
+    assert by_flags["task"]["planned_charges"] is None and by_plan["task"]["planned_charges"] == 3
+    assert by_plan["task"]["epsilon"] == report["epsilon"] and by_plan["task"]["guarantee"] == "upper bound"
     assert report["epsilon"] == pytest.approx(by_flags["task"]["epsilon"], rel=1e-3)
     record = next(o for o in report["other_units"] if o["unit"] == "record")
     assert record["epsilon"] == pytest.approx(by_flags["record"]["epsilon"], rel=1e-3)
