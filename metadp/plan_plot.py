@@ -47,7 +47,8 @@ from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.report import Report, format_upper
-from metadp.units import UnitView, unit_views
+from metadp.sampling import Guarantee
+from metadp.units import unit_views
 
 __all__ = ["plot_plan"]
 
@@ -83,7 +84,7 @@ def _step_grid(steps: int, points: int) -> np.ndarray:
     return np.unique(np.concatenate([grid, [steps]]))
 
 
-def _releases(plan: Plan, view: UnitView, grid: np.ndarray) -> List[int]:
+def _releases(plan: Plan, view: Guarantee, grid: np.ndarray) -> List[int]:
     """The number of releases of ``view``'s step event after each training step count in ``grid``."""
     counts = []
     for t in grid:
@@ -104,14 +105,14 @@ def _reported(report: Report, unit: str, name: str) -> Optional[float]:
     return found[0] if found else None
 
 
-def _full_epsilon(name: str, view: UnitView, delta: float) -> Tuple[float, List[str]]:
+def _full_epsilon(name: str, view: Guarantee, delta: float) -> Tuple[float, List[str]]:
     """The certified epsilon of the whole view, as ``metadp.plan.plan_epsilon`` computes it (``certify``: the
     largest over the view's alternative events), with its notes."""
     found = certify(view.events, delta, steps=view.steps, relation=view.relation, accountant=name).tightest
     return found.epsilon, [f"{view.unit}, {name.upper()}: {n}" for n in found.notes]
 
 
-def _series(name: str, view: UnitView, counts: Sequence[int], delta: float,
+def _series(name: str, view: Guarantee, counts: Sequence[int], delta: float,
             final: Optional[float]) -> Tuple[np.ndarray, List[str]]:
     """Certified epsilon after each count of ``view``'s releases, ending on ``final`` (the full view's
     epsilon; computed when None), made non-decreasing (module docstring). Raises

@@ -29,10 +29,7 @@ from typing import Tuple
 from metadp.sampling import Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, top_unit_shift
 
-__all__ = ["UnitView", "parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "LEVEL_KEYS"]
-
-UnitView = Guarantee
-"""One privacy unit's analysis of a plan (``metadp.sampling.Guarantee``: ``events``, ``steps``, ``how``)."""
+__all__ = ["parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "LEVEL_KEYS"]
 
 
 def unit_views(plan) -> Tuple[Guarantee, ...]:

@@ -17,10 +17,8 @@ from metadp.core import events as ev
 from metadp.cite import cite
 from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import (SCHEMES, BallsInBins, Episodic, FixedSize, Guarantee, NoSampling, Poisson, Shuffle,
-                             from_record, of_run, parse_hierarchy)
+                             from_record, of_lot, parse_hierarchy)
 from metadp.training.algorithms import views
-from metadp.training.privacy import SamplingPlan, View
-from metadp.units import UnitView
 
 Z = ev.Gaussian(1.5)
 HIERARCHY = [{"name": "class", "size": 5, "units": 1150}, {"name": "drawing", "size": 2, "units": 20}]
@@ -96,21 +94,21 @@ def test_bad_parameters_are_refused():
         FixedSize(11, 10)
 
 
-@pytest.mark.parametrize("run,expected", [
-    (SamplingPlan("poisson", 200, rate=0.05), Poisson(0.05, 200)),
-    (SamplingPlan("fixed", 200, batch=10), FixedSize(10, 200)),
-    (SamplingPlan("one-pass", 200, steps_per_pass=20), BallsInBins(200, 20)),
+@pytest.mark.parametrize("sampler,lot,expected", [
+    ("poisson", 10, Poisson(0.05, 200)),
+    ("fixed", 10, FixedSize(10, 200)),
+    ("one-pass", 10, BallsInBins(200, 20)),
 ])
-def test_the_trainer_reads_the_same_schemes(run, expected):
-    assert of_run(run) == expected
+def test_the_trainer_reads_the_same_schemes(sampler, lot, expected):
+    run = of_lot(sampler, 200, lot)  # --sampler SAMPLER --pool 200 --meta-batch LOT
+    assert run == expected
     task = next(v for v in views("dp-maml", run, noise=1.5) if v.key == "task")
     assert (task.relation, task.charge, task.event, task.basis) == (
         expected.relation, expected.charge, expected.charge_event(ev.Gaussian(1.5)), expected.basis)
 
 
 def test_one_guarantee_type_for_plans_and_runs():
-    assert View is Guarantee and UnitView is Guarantee
-    run = views("dp-maml", SamplingPlan("poisson", 200, rate=0.05), noise=1.5)
+    run = views("dp-maml", Poisson(0.05, 200), noise=1.5)  # the trainer's views of --sampler poisson
     plan = Plan.from_dict(plan_dict({"scheme": "poisson", "population": 200, "rate": 0.05}))
     assert all(type(g) is Guarantee for g in run + plan.units())
     (own,) = plan.units()

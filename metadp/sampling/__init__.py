@@ -15,7 +15,7 @@ Each sampling scheme is one frozen dataclass (``schemes``; the base class and th
   report of it prints;
 * ``guarantees(unit, relation, inner, steps, ...)``: every meaningful unit's ``Guarantee`` of a plan;
 * ``from_table`` (a plan's ``[sampling]`` table), ``to_dict``/``from_record`` (the report's
-  ``sampling`` record), ``of_run`` (the trainer's ``--sampler``), ``text``/``latex`` (report cells).
+  ``sampling`` record), ``of_lot`` (the trainer's ``--sampler`` over its pool), ``text``/``latex`` (report cells).
 
 ==============  ===============  ============================================  ==========  ======
 class           plan name        step event                                    relation    charge
@@ -30,7 +30,7 @@ BallsInBins     balls_in_bins    RandomAllocation(t, inner) per pass (plans)   a
 
 ``Guarantee`` (``guarantee``) is the one result type: unit, relation, adversary, event(s), charge,
 basis and citations, and the certified epsilon interval once an accountant has computed it. Plan
-reports (``metadp.units``) and the trainer's views (``metadp.training.privacy.View``) are Guarantees.
+reports (``metadp.units``) and the trainer's views are Guarantees.
 
 **To add a sampling scheme**: write one dataclass in ``metadp/sampling/schemes.py`` (subclass
 ``Sampling`` from ``base``; its fields, ``from_table``, ``step_event``, ``assumptions``, ``text``, and the
@@ -41,10 +41,10 @@ reports, the trainer's ``_central`` and the samplers' ``*_event`` methods read i
 
 from metadp.sampling.guarantee import EVERYONE, Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, record_events, top_unit_shift
-from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_lot, of_run, register
+from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_lot, register
 from metadp.sampling.schemes import Episodic, FixedSize, NoSampling, Poisson
 from metadp.sampling.one_pass import BallsInBins, Shuffle
 
 __all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic",
-           "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "of_run", "register",
+           "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "register",
            "parse_hierarchy", "episode_shift", "top_unit_shift", "record_events", "LEVEL_KEYS"]

@@ -10,7 +10,7 @@ from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive, check_probability
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["Sampling", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "register", "from_record", "of_run", "of_lot"]
+__all__ = ["Sampling", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "register", "from_record", "of_lot"]
 
 SCHEMES: Dict[str, type] = {}
 """The schemes a plan file may name (``sampling.scheme``), in the order error messages list them."""
@@ -160,8 +160,3 @@ def from_record(d: Mapping) -> Sampling:
 def of_lot(name: str, pool: int, lot: float) -> Sampling:
     """The scheme the trainer's ``--sampler name`` runs over ``pool`` units with ``--meta-batch lot``."""
     return RUN_SCHEMES[name].of_lot(pool, lot)
-
-
-def of_run(plan) -> Sampling:
-    """The scheme of a training run's ``SamplingPlan`` (scheme, pool, rate, batch, steps_per_pass)."""
-    return RUN_SCHEMES[plan.scheme].of_run(plan.pool, plan.rate, plan.batch, plan.steps_per_pass)

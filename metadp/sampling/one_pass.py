@@ -117,10 +117,6 @@ class BallsInBins(Sampling):
                     steps_per_pass=self.steps_per_pass)
 
     @classmethod
-    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "BallsInBins":
-        return cls(pool, steps_per_pass)
-
-    @classmethod
     def of_lot(cls, pool: int, lot: float) -> "BallsInBins":
         """About ``lot`` units a step: round(pool / lot) steps a pass (at least one)."""
         return cls(pool, max(1, round(pool / lot)))

@@ -89,10 +89,6 @@ class Poisson(_TaskSlots, Sampling):
         return cls(rate, population, batch)
 
     @classmethod
-    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "Poisson":
-        return cls(rate, pool)
-
-    @classmethod
     def of_lot(cls, pool: int, lot: float) -> "Poisson":
         """The trainer's ``--meta-batch`` ``lot`` as an expected batch: rate lot / pool."""
         return cls(min(1.0, lot / pool), pool)
@@ -172,10 +168,6 @@ class FixedSize(_TaskSlots, _Batches):
     pooled_words: ClassVar[str] = "fixed-size task batches"
     basis: ClassVar[str] = ("subsampled Gaussian, fixed-size batches, substitution (Balle, Barthe & Gaboardi 2018, "
                             "arXiv:1807.01647)")
-
-    @classmethod
-    def of_run(cls, pool: int, rate: float, batch: int, steps_per_pass: int) -> "FixedSize":
-        return cls(batch, pool)
 
     @classmethod
     def of_lot(cls, pool: int, lot: float) -> "FixedSize":

@@ -32,7 +32,8 @@ import math
 from typing import Callable, Optional, Tuple, Union
 
 from metadp.core import events as ev
-from metadp.training.privacy import REFS, SamplingPlan, View, _central, _central_record, _central_task_record
+from metadp.sampling import Guarantee, Sampling
+from metadp.training.privacy import REFS, _central, _central_record, _central_task_record
 from metadp.training.registry import Registry
 
 __all__ = ["Algorithm", "MetaGradient", "SampleLevel", "Reptile", "Prototypical", "REGISTRY", "register", "get",
@@ -96,7 +97,7 @@ class Algorithm:
 
     @property
     def units(self) -> Tuple[str, ...]:
-        """The views it has (``View.key``), the default first."""
+        """The views it has (``Guarantee.key``), the default first."""
         return (self.default_unit,) + tuple(u for u in ("task", "record") if u != self.default_unit)
 
     def unit_refusal(self, unit: str) -> Optional[str]:
@@ -136,21 +137,21 @@ class Algorithm:
         return expected
 
     # -- privacy ---------------------------------------------------------------------------------
-    def views(self, plan: SamplingPlan, *, noise: float, inner_noise: float, inner_steps: int, query_per_task: int,
-              record_multiplicity: int, first_order: bool) -> Tuple[View, ...]:
+    def views(self, plan: Sampling, *, noise: float, inner_noise: float, inner_steps: int, query_per_task: int,
+              record_multiplicity: int, first_order: bool) -> Tuple[Guarantee, ...]:
         """The guarantees of one run, the default unit's first (``metadp.training.privacy``)."""
         if not self.private:
             return ()
         return central_views(plan, noise, record_multiplicity, self.party)
 
 
-def central_views(plan: SamplingPlan, noise: float, k: int, party: str) -> Tuple[View, View]:
+def central_views(plan: Sampling, noise: float, k: int, party: str) -> Tuple[Guarantee, Guarantee]:
     """Task (or client) and record views of a clipped per-task contribution with central noise z."""
     relation, charge, event, basis = _central(plan, noise)
-    task = View("task", "task", _EVERYONE, relation, charge, event, basis, f"one {party} (all of its data) added or "
+    task = Guarantee("task", "task", _EVERYONE, relation, charge, event, basis, f"one {party} (all of its data) added or "
                 "removed")
     charge, event, basis, reason = _central_task_record(plan, noise, k)
-    record = View("record", "record", _EVERYONE, "add_remove", charge, event, basis,
+    record = Guarantee("record", "record", _EVERYONE, "add_remove", charge, event, basis,
                   reason or f"one record added or removed; it is in at most {k} task(s) of the pool, each of which "
                             "moves the clipped sum by up to 2C")
     return task, record
@@ -195,7 +196,7 @@ class SampleLevel(Algorithm):
         k, S, m = record_multiplicity, inner_steps, query_per_task
         if self.local_noise:
             s2 = (max(S, 1) if first_order else S + 4 * m * m) / inner_noise**2
-            server = View("record-vs-server", "record", "the server, which sees every client's noisy update and "
+            server = Guarantee("record-vs-server", "record", "the server, which sees every client's noisy update and "
                           "knows which clients it sampled", "add_remove", "visit", ev.Gaussian(1.0 / math.sqrt(s2)),
                           REFS["local"], f"each visit of a client holding the record; in at most {k} client(s)")
             return central_views(plan, noise, k, self.party) + (server,)
@@ -207,9 +208,9 @@ class SampleLevel(Algorithm):
         charge_r, event_r, basis_r, reason = _central_record(plan, s, k)
         order = "first-order" if first_order else ("second-order: a support record also moves its task's query "
                                                    "gradients through the un-noised inner Jacobian")
-        return (View("record", "record", _EVERYONE, "add_remove", charge_r, event_r, basis_r,
+        return (Guarantee("record", "record", _EVERYONE, "add_remove", charge_r, event_r, basis_r,
                      reason or f"one record added or removed; in at most {k} task(s); {order}"),
-                View("task", "task", _EVERYONE, relation, charge, event, basis,
+                Guarantee("task", "task", _EVERYONE, relation, charge, event, basis,
                      f"one task added or removed: its {m} per-example-clipped query gradients move the sum by up to "
                      f"{m}C"))
 
@@ -247,11 +248,11 @@ class Reptile(Algorithm):
         if not self.private:
             return ()
         S, k = inner_steps, record_multiplicity
-        return (View("record", "record", "the meta-learner, which sees each task's update (task-global DP, "
+        return (Guarantee("record", "record", "the meta-learner, which sees each task's update (task-global DP, "
                      "dp-meta-learning-task-global.txt Sec. 2.4), and anyone after it", "add_remove", "visit",
                      ev.Gaussian(inner_noise / math.sqrt(S)), REFS["local"],
                      f"full-batch DP-SGD inside each task, {S} step(s) a visit; in at most {k} task(s)"),
-                View("task", "task", _EVERYONE, "add_remove", "step", None, "",
+                Guarantee("task", "task", _EVERYONE, "add_remove", "step", None, "",
                      "no task-level guarantee: each task's update reaches the meta-learner without task-level noise"))
 
 
@@ -277,9 +278,9 @@ def names(*, meta_loop: Optional[bool] = None, **where) -> Tuple[str, ...]:
     return REGISTRY.names(**where) if meta_loop is None else REGISTRY.names(meta_loop=meta_loop, **where)
 
 
-def views(algorithm: str, plan: SamplingPlan, *, noise: float, inner_noise: float = math.inf, inner_steps: int = 1,
+def views(algorithm: str, plan: Sampling, *, noise: float, inner_noise: float = math.inf, inner_steps: int = 1,
           query_per_task: int = 1, record_multiplicity: int = 1, first_order: bool = True,
-          private_clipping: bool = True) -> Tuple[View, ...]:
+          private_clipping: bool = True) -> Tuple[Guarantee, ...]:
     """The guarantees of one run of the registered ``algorithm`` (``metadp.training.privacy``), the first
     the default budget unit's.
 

@@ -21,7 +21,7 @@ __all__ = ["TrainConfig", "TrainResult", "ALGORITHMS", "SAMPLERS", "UNITS"]
 
 ALGORITHMS = algorithms.names(meta_loop=True)  # those registered with metadp at import (the registry may grow)
 SAMPLERS = tuple(RUN_SCHEMES)  # the task-sampling schemes of metadp.sampling the trainer runs (--sampler)
-UNITS = ("task", "record", "record-vs-server", "group")  # privacy.View keys (group: plan runs only)
+UNITS = ("task", "record", "record-vs-server", "group")  # the views' Guarantee keys (group: plan runs only)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,13 +51,12 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional, Tuple
 
 from metadp.core import events as ev
-from metadp.sampling import Guarantee, of_run
+from metadp.sampling import Sampling
 
-__all__ = ["View", "SamplingPlan", "REFS"]
+__all__ = ["REFS"]
 
 REFS = {
     "local": "Gaussian mechanism per visit, composed over the record's realised visits (no amplification "
@@ -65,43 +64,19 @@ REFS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingPlan:
-    """How tasks are drawn each step: ``scheme`` "poisson" (rate), "fixed" (batch) or "one-pass"
-    (``steps_per_pass`` steps, each task in exactly one)."""
-
-    scheme: str
-    pool: int
-    rate: float = 0.0
-    batch: int = 0
-    steps_per_pass: int = 1
-
-    @classmethod
-    def of_scheme(cls, name: str, scheme) -> "SamplingPlan":
-        """The run's record of a ``metadp.sampling`` scheme the trainer runs as ``--sampler name``."""
-        return cls(name, scheme.population, rate=getattr(scheme, "rate", 0.0),
-                   batch=getattr(scheme, "batch_size", None) or 0, steps_per_pass=getattr(scheme, "steps_per_pass", 1))
-
-
-View = Guarantee
-"""One guarantee of a run (module docstring; ``metadp.sampling.Guarantee``): key, unit, adversary, relation,
-charge ("step", "pass" or "visit"), event (None: no guarantee, ``reason`` says why), basis, reason."""
-
-
-def _central(plan: SamplingPlan, z: float) -> Tuple[str, str, ev.Event, str]:
+def _central(scheme: Sampling, z: float) -> Tuple[str, str, ev.Event, str]:
     """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z, as the
     run's sampling scheme gives them (``metadp.sampling``)."""
-    scheme = of_run(plan)
     return scheme.relation, scheme.charge, scheme.charge_event(ev.Gaussian(z)), scheme.basis
 
 
-def _central_record(plan: SamplingPlan, s: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
+def _central_record(scheme: Sampling, s: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
     """(charge, event, basis, reason) for a record in k tasks, s noise stds per appearance, as the run's
     sampling scheme gives them (``metadp.sampling``: ``pooled_record``)."""
-    return of_run(plan).pooled_record(s, k)
+    return scheme.pooled_record(s, k)
 
 
-def _central_task_record(plan: SamplingPlan, noise: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
+def _central_task_record(scheme: Sampling, noise: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
     """As ``_central_record`` for a per-task clipped contribution under noise multiplier ``noise`` (s = 2 / z):
     Poisson sampling and k = 1 give the pool-substitution pair (``metadp.mechanisms.pooled``)."""
-    return of_run(plan).pooled_task_record(noise, k)
+    return scheme.pooled_task_record(noise, k)

@@ -17,12 +17,11 @@ from metadp.accounting import NonPrivate
 from metadp.accounting.calibration import calibrate_noise, max_steps
 from metadp.accounting.ledger import Ledger
 from metadp.core import events as ev
-from metadp.sampling import of_lot, of_run
+from metadp.sampling import Sampling, of_lot
 from metadp.training import algorithms
 from metadp.training.budget import budget_schedule
 from metadp.training.clipping import ClipPolicy, clip_rule
 from metadp.training.config import TrainConfig
-from metadp.training.privacy import SamplingPlan
 from metadp.training.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
 from metadp.training.report import run_report, view_entry
 from metadp.training.samplers import EpisodicSampler, sampler_for
@@ -57,14 +56,19 @@ def stream_seed(seed: int, stream: str) -> int:
 
 
 def _sampling(pool, c: TrainConfig):
-    """(sampler, SamplingPlan, expected batch) of a run: the ``metadp.sampling`` scheme of ``--sampler``
-    over the pool, and the sampler that executes it."""
+    """(sampler, scheme, expected batch) of a run: the ``metadp.sampling`` scheme of ``--sampler`` over the
+    pool, and the sampler that executes it."""
     n = pool.size
     if c.meta_batch > n:  # a rate above 1 is no Poisson rate: refused, never clamped
         raise ValueError(f"meta_batch must be <= the pool's {n} tasks, got {c.meta_batch:g}")
     scheme = of_lot(c.sampling, n, c.meta_batch)
     gen = torch.Generator(device=_device_of(pool)).manual_seed(stream_seed(c.seed, "sampler"))
-    return sampler_for(scheme, gen), SamplingPlan.of_scheme(c.sampling, scheme), float(scheme.expected_batch)
+    return sampler_for(scheme, gen), scheme, float(scheme.expected_batch)
+
+
+def steps_per_pass(scheme: Sampling) -> int:
+    """Steps in one pass of a pass-wise scheme (one-pass sampling); 1 for the others."""
+    return getattr(scheme, "steps_per_pass", 1)
 
 
 def _device_of(pool) -> torch.device:
@@ -94,7 +98,7 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
     return sampler, drawer, float(c.meta_batch)
 
 
-def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[SamplingPlan] = None,
+def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[Sampling] = None,
               multiplicity: Optional[int] = None):
     """The privacy views of ``c`` on ``pool`` (``metadp.training.privacy.views``) and the sampling plan.
 
@@ -137,10 +141,10 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
 
     k = pool.record_multiplicity()
     view = next(v for v in run_views(pool, c, plan=plan, multiplicity=k)[1] if v.key == key)
-    passes = math.ceil(c.steps / plan.steps_per_pass)
+    passes = math.ceil(c.steps / steps_per_pass(plan))
     if view.charge == "visit":
-        if of_run(plan).charge != "pass":
-            raise ValueError(f"the {key} view is charged per visit, which is random under {plan.scheme} sampling: "
+        if plan.charge != "pass":
+            raise ValueError(f"the {key} view is charged per visit, which is random under {c.sampling} sampling: "
                              "give the noise multiplier instead of calibrating it")
         count = passes * k
     else:
@@ -197,10 +201,10 @@ class _Run:
                                                 accountant=kind)
                 self.last_step = self.schedule.last_step
             elif p.charge == "pass":
-                passes = math.ceil(c.steps / plan.steps_per_pass)
+                passes = math.ceil(c.steps / steps_per_pass(plan))
                 self.pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
                                           limit=passes)
-                self.last_step = min(c.steps, self.pass_cap * plan.steps_per_pass)
+                self.last_step = min(c.steps, self.pass_cap * steps_per_pass(plan))
             else:
                 self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
                                            limit=c.steps * max(1, self.multiplicity))  # k visits a step at most
@@ -339,14 +343,15 @@ class _Run:
                 if eps is not None:
                     certified[v.key] = v.certified(eps, max(lowers) if lowers and ledger.entries else None, kind)
             entries.append(view_entry(v, ledger, eps, kind))
-        plan, scheme = self.plan, of_run(self.plan)
+        scheme = self.plan
         name = f"metadp train {c.algorithm}"
         noise = {"mechanism": "gaussian", "multiplier": c.noise_multiplier} if c.private else None
         primary = certified.get(c.budget_unit) if c.private else None
         others = [g for key, g in certified.items() if g is not primary]
         out = run_report(name, primary, others, scheme, noise, steps, c.delta if c.private else None)
-        out["sampling"].update({"run_scheme": plan.scheme, "pool": plan.pool, "batch": plan.batch or None,
-                                "steps_per_pass": plan.steps_per_pass, "expected_batch": self.expected})
+        out["sampling"].update({"run_scheme": c.sampling, "pool": scheme.population,
+                                "batch": getattr(scheme, "batch_size", None) or None,
+                                "steps_per_pass": steps_per_pass(scheme), "expected_batch": self.expected})
         out.update({
             "engine": "local", "algorithm": c.algorithm, "private": c.private,
             "budget_unit": c.budget_unit if c.private else None,

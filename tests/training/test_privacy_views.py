@@ -38,7 +38,8 @@ from metadp.training.functional import param_dict  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
 from metadp.training import algorithms  # noqa: E402
 from metadp.training.algorithms import views  # noqa: E402
-from metadp.training.privacy import SamplingPlan, _central_record  # noqa: E402
+from metadp.sampling import BallsInBins, FixedSize, Poisson  # noqa: E402
+from metadp.training.privacy import _central_record  # noqa: E402
 from metadp.training.tasks import EpisodePool  # noqa: E402
 from metadp.training.trainer import TrainConfig, run_views  # noqa: E402
 
@@ -50,9 +51,9 @@ CENTRAL_TASK_CLIP = algorithms.names(central_clip=True)
 def default_unit(name: str) -> str:
     return algorithms.get(name).default_unit
 
-POISSON = SamplingPlan("poisson", 200, rate=0.05)
-FIXED = SamplingPlan("fixed", 200, batch=10)
-ONE_PASS = SamplingPlan("one-pass", 200, steps_per_pass=20)
+POISSON = Poisson(0.05, 200)  # --sampler poisson over 200 tasks, rate 0.05
+FIXED = FixedSize(10, 200)
+ONE_PASS = BallsInBins(200, 20)  # --sampler one-pass: 20 steps a pass
 PLANS = (POISSON, FIXED, ONE_PASS)
 
 
@@ -231,7 +232,7 @@ def test_run_views_uses_the_pools_multiplicity_and_query_size():
     config = TrainConfig(algorithm="dp-maml-sample", meta_batch=3, noise_multiplier=2.0, inner_noise=1.5,
                          inner_steps=2, first_order=False)
     plan, found = run_views(pool, config)
-    assert plan == SamplingPlan("poisson", 30, rate=0.1)
+    assert plan == Poisson(0.1, 30)
     s = _sample_level_shift(False, 2, 1.5, 2.0, m)
     v = by_key(found)
     assert_event(v["record"].event, EpisodicSampled(k, 0.1, 1.0, Gaussian(1 / s), 1.0))
@@ -343,7 +344,7 @@ def test_the_numbers_the_readme_quotes_for_findings_4_and_the_persistent_task_re
     # stay upper bounds of what the accountant certifies, and within 0.5% of it
     from metadp.accounting.pld import PldAccountant
 
-    plan = SamplingPlan("poisson", 10000, rate=32 / 10000)
+    plan = Poisson(32 / 10000, 10000)
 
     def eps(event):
         return PldAccountant().compose(event, 1000).get_epsilon(1e-5)

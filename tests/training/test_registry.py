@@ -19,7 +19,7 @@ from metadp.training import algorithms, datasets  # noqa: E402
 from metadp.training.algorithms import MetaGradient, register  # noqa: E402
 from metadp.training.models import MLP  # noqa: E402
 from metadp.training.parser import add_train_parser  # noqa: E402
-from metadp.training.privacy import SamplingPlan  # noqa: E402
+from metadp.sampling import of_lot  # noqa: E402
 from metadp.training.tasks import SinusoidPool  # noqa: E402
 from metadp.training.trainer import TrainConfig, train  # noqa: E402
 
@@ -89,7 +89,7 @@ def test_flags_and_views_read_the_registry(registered):
     add_train_parser(parser.add_subparsers(dest="command"), lambda flag, kind: kind, argparse.HelpFormatter)
     args = parser.parse_args(["train", "toy-reptile", "--inner-noise", "2", "--steps", "3"])
     assert args.algorithm == "toy-reptile"
-    plan = SamplingPlan("one-pass", 20, steps_per_pass=5)
+    plan = of_lot("one-pass", 20, 4)  # 20 tasks, 5 steps a pass
     assert algorithms.views("toy-reptile", plan, noise=1.0, inner_noise=2.0) == \
         algorithms.views("dp-reptile", plan, noise=1.0, inner_noise=2.0)
     with pytest.raises(ValueError, match="already registered"):
