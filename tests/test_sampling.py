@@ -67,7 +67,9 @@ def test_step_events_relations_and_charges():
         "step", "step", "step", "pass", "step", "pass"]
     # 250 steps of 1,600 of 400,000: one pass; 401 steps: two
     assert Shuffle(1600, 400_000).releases(250) == 1 and Shuffle(1600, 400_000).releases(251) == 2
-    assert BallsInBins(200, 20).pass_event(Z) is Z and BallsInBins(200, 20).charge_event(Z) is Z
+    # plans and the trainer charge one analysis: random allocation a pass; pass_event is the looser single Gaussian
+    assert BallsInBins(200, 20).pass_event(Z) is Z
+    assert BallsInBins(200, 20).charge_event(Z) == ev.RandomAllocation(20, Z) == BallsInBins(200, 20).plan_event(Z)
     with pytest.raises(ValueError, match="no per-step event.*pass_event"):
         BallsInBins(200, 20).step_event(Z)
 
@@ -104,7 +106,7 @@ def test_the_trainer_reads_the_same_schemes(sampler, lot, expected):
     assert run == expected
     task = next(v for v in views("dp-maml", run, noise=1.5) if v.key == "task")
     assert (task.relation, task.charge, task.event, task.basis) == (
-        expected.relation, expected.charge, expected.charge_event(ev.Gaussian(1.5)), expected.basis)
+        expected.relation, expected.charge, expected.charge_event(ev.Gaussian(1.5)), expected.charge_basis)
 
 
 def test_one_guarantee_type_for_plans_and_runs():

@@ -35,11 +35,12 @@ from metadp.core.events import (
     NoOp,
     PoissonSampled,
     PoolSubstitution,
+    RandomAllocation,
     SelfComposed,
 )
 
 __all__ = [
-    "Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "FixedSizeSampled",
+    "Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "FixedSizeSampled", "RandomAllocation",
     "SelfComposed", "Composed", "EpisodicSampled", "PoolSubstitution", "Group", "RdpAccountant", "PldAccountant", "PldResult",
     "UnsupportedEventError", "event_rdp", "DEFAULT_ORDERS", "RELATIONS", "epsilon_from_rdp", "delta_from_rdp",
     "ACCOUNTANTS", "accountant_class", "make_accountant", "Ledger", "LedgerError", "LedgerCorruptError",

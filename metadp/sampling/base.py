@@ -56,8 +56,14 @@ class Sampling:
         raise NotImplementedError
 
     def charge_event(self, inner: ev.Event) -> ev.Event:
-        """The event of one charge (``charge``): a step's, or a pass's."""
+        """The event of one charge (``charge``): a step's, or a pass's. Plans and the trainer charge this same
+        event, so one sampler has one analysis."""
         return self.step_event(inner)
+
+    @property
+    def charge_basis(self) -> str:
+        """The theorem ``charge_event`` rests on, in words (training reports)."""
+        return self.basis
 
     def releases(self, steps: int) -> int:
         """How many charges ``steps`` steps make."""

@@ -79,8 +79,8 @@ class BallsInBins(Sampling):
     (``metadp.amplification.allocation_bounds``: exact RDP of one order, a proved bound on the other), and
     so does the PLD accountant (``metadp.accounting.allocation_pld``: a discrete pair that dominates the
     allocation pair; usually much tighter), the smaller reported; :meth:`epsilon_lower` gives a certified lower bound (the max-over-steps event), so a plan's report
-    prints [lower, upper]. The trainer charges :meth:`pass_event` (``inner``: the single-Gaussian bound,
-    valid whatever the allocation, which its PLD accountant can compose)."""
+    prints [lower, upper]. The trainer's one-pass sampler executes this allocation and charges the same event
+    (``charge_event``); :meth:`pass_event` is the single-Gaussian bound, valid whatever the allocation."""
 
     population: int
     steps_per_pass: int
@@ -140,7 +140,14 @@ class BallsInBins(Sampling):
         return ev.RandomAllocation(self.steps_per_pass, inner)
 
     def charge_event(self, inner: ev.Event) -> ev.Event:
-        return self.pass_event(inner)
+        """A pass under random allocation (``plan_event``), as plans charge it: the trainer's one-pass sampler
+        (``training.samplers.BallsInBinsSampler``) executes exactly this allocation (issue 29: it used to be
+        charged the looser single Gaussian a pass, ``pass_event``)."""
+        return self.plan_event(inner)
+
+    @property
+    def charge_basis(self) -> str:
+        return self.plan_basis
 
     def pooled_record(self, shift, k):
         """The k appearances may share the record's step of a pass: ``Gaussian(1 / (k s))`` per pass."""
@@ -156,7 +163,7 @@ class BallsInBins(Sampling):
         passes = self.releases(steps)
         how = (f"{steps:,} steps in passes of {self.steps_per_pass:,}: each {unit} is in one uniformly random step "
                f"of each pass, independently of the others; {passes:,} pass(es), a partial last pass charged in full")
-        return (Guarantee.of_plan(unit, relation, (self.plan_event(inner),), passes, how, True, charge=self.charge,
+        return (Guarantee.of_plan(unit, relation, (self.charge_event(inner),), passes, how, True, charge=self.charge,
                                   basis=self.plan_basis, citations=self.citations),)
 
     def epsilon_lower(self, unit, relation, inner, steps, delta) -> Optional[float]:

@@ -13,8 +13,9 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
   contribution moves the noisy sum by at most C (add/remove). Poisson sampling at rate q:
   ``PoissonSampled(q, Gaussian(z))`` per step (Mironov, Talwar & Zhang 2019); fixed-size batches:
   ``FixedSizeSampled`` under substitution only (Balle, Barthe & Gaboardi 2018); one pass (each task in
-  exactly one step of a pass): ``Gaussian(z)`` per pass, the single-Gaussian bound with no
-  amplification (DESIGN.md 3.9(a): random allocation amplifies, but that bound is not applied here).
+  one uniformly random step of a pass): ``RandomAllocation(steps_per_pass, Gaussian(z))`` per pass, as a
+  ``balls_in_bins`` plan charges it (DESIGN.md 3.9(a); the RDP and PLD bounds of
+  ``amplification.allocation_bounds`` and ``accounting.allocation_pld``, the smaller).
   Sample-level DP-MAML: a task's per-example-clipped query sum moves by at most m_q C, so
   ``Gaussian(z / m_q)`` in the same forms.
 * **record, central noise**: a record sits in k of the pool's tasks (k = the largest multiplicity of
@@ -67,7 +68,7 @@ REFS = {
 def _central(scheme: Sampling, z: float) -> Tuple[str, str, ev.Event, str]:
     """(relation, charge, event, basis) of one task's clipped contribution under noise multiplier z, as the
     run's sampling scheme gives them (``metadp.sampling``)."""
-    return scheme.relation, scheme.charge, scheme.charge_event(ev.Gaussian(z)), scheme.basis
+    return scheme.relation, scheme.charge, scheme.charge_event(ev.Gaussian(z)), scheme.charge_basis
 
 
 def _central_record(scheme: Sampling, s: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:

@@ -148,12 +148,12 @@ class BallsInBinsSampler(_Sampler):
     """One pass of ``steps`` steps per draw: each unit independently goes to a uniformly random step
     (random allocation, DESIGN.md 3.9(a)), so every unit is in exactly one step per pass.
 
-    Accounting: within a pass one unit changes one release only, so a pass costs at most one ``inner``
-    (the single-Gaussian bound, :meth:`pass_event`, valid whatever the allocation). Random allocation
-    amplifies this (Feldman & Shenfeld 2025, arXiv:2502.08202; Chua et al. 2025, arXiv:2412.16802);
-    that bound is certified by Monte Carlo in ``metadp.amplification.one_pass`` and is not a per-step
-    event, so :meth:`step_event` raises. Compose ``pass_event`` when a pass starts
-    (``step_in_pass == 0`` before ``sample``).
+    Accounting: each pass is charged ``RandomAllocation(steps, inner)`` (Feldman & Shenfeld 2025,
+    arXiv:2502.08202; Chua et al. 2025, arXiv:2412.16802), the allocation this sampler executes, as a
+    ``balls_in_bins`` plan charges it (``metadp.sampling.BallsInBins.charge_event``); :meth:`pass_event` keeps
+    the single-Gaussian bound (valid whatever the allocation) for comparison. A pass is not a per-step event,
+    so :meth:`step_event` raises. Compose the pass's event when a pass starts (``step_in_pass == 0`` before
+    ``sample``).
 
     Args:
         pool_size: number of units, >= 1.

@@ -35,7 +35,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.func import functional_call  # noqa: E402
 
-from metadp.accounting import Gaussian  # noqa: E402
+from metadp.accounting import Gaussian, RandomAllocation  # noqa: E402
+from metadp.accounting.certify import certify  # noqa: E402
 from metadp.accounting.pld import PldAccountant  # noqa: E402
 from metadp.training import functional  # noqa: E402
 from metadp.training import private_steps as P  # noqa: E402
@@ -490,11 +491,19 @@ def test_dp_reptile_one_pass_stops_at_the_last_visit_within_budget(tmp_path):
     assert record["event"] == per_visit.describe() and record["charged_per"] == "visit"
 
 
+def _tightest(event, count):
+    return certify(event, DELTA, steps=count).epsilon
+
+
 def test_dp_agr_one_pass_stops_at_the_last_pass_within_budget(tmp_path):
-    z, eps = 2.0, 3.0
-    per_pass = Gaussian(z)  # privacy.py docstring: one pass, single Gaussian per pass, no amplification
-    cap = pld_cap(per_pass, eps)
-    assert 1 <= cap < 5
+    z, eps = 2.0, 2.0
+    # privacy.py docstring: one pass is random allocation (each task in one uniformly random step of the pass),
+    # charged as a balls_in_bins plan charges it, the tightest accountant (issue 29: it was one Gaussian a pass)
+    per_pass = RandomAllocation(5, Gaussian(z))
+    cap = 0
+    while cap < 50 and _tightest(per_pass, cap + 1) <= eps:
+        cap += 1
+    assert pld_cap(Gaussian(z), eps) < cap < 6  # the single-Gaussian charge would have stopped after fewer passes
     config = TrainConfig(algorithm="dp-agr", steps=30, meta_batch=4, noise_multiplier=z, clip=1.0, epsilon=eps,
                          delta=DELTA, seed=2)
     result = run(config, tmp_path, pool=pool20())
@@ -502,7 +511,7 @@ def test_dp_agr_one_pass_stops_at_the_last_pass_within_budget(tmp_path):
     assert len(task) == cap and all(e.event == per_pass and e.count == 1 for e in task)
     assert [e.step for e in task] == [5 * i for i in range(cap)]  # charged at the first step of each pass
     assert result.steps_done == result.last_step == 5 * cap
-    assert result.epsilon_spent <= eps < pld_epsilon(per_pass, cap + 1)
+    assert result.epsilon_spent <= eps < _tightest(per_pass, cap + 1)
     record = ledger_entries(tmp_path / "ledger-record.jsonl")
     assert len(record) == cap and all(e.event == Gaussian(z / 2) for e in record)
 
@@ -543,7 +552,8 @@ def test_calibrated_dp_reptile_with_shared_records_runs_and_spends_its_budget(tm
 
 
 def _agr_config(steps, **kw):
-    return TrainConfig(algorithm="dp-agr", steps=steps, meta_batch=4, noise_multiplier=2.0, clip=1.0, epsilon=3.0,
+    # budget 2.0: four passes of random allocation fit (the single-Gaussian charge fitted two of 3.0)
+    return TrainConfig(algorithm="dp-agr", steps=steps, meta_batch=4, noise_multiplier=2.0, clip=1.0, epsilon=2.0,
                        delta=DELTA, seed=3, checkpoint_every=3, **kw)
 
 
@@ -562,7 +572,7 @@ def test_dp_agr_resume_at_a_checkpoint_continues_the_same_run(tmp_path):
     after = ledger_entries(tmp_path / "split" / "ledger-task.jsonl")
     assert [e.hash for e in after[:len(first)]] == [e.hash for e in first]  # the old entries are kept
     assert len(after) == cap and resumed.steps_done == full.steps_done
-    assert resumed.epsilon_spent == pytest.approx(full.epsilon_spent, rel=1e-9) and resumed.epsilon_spent <= 3.0
+    assert resumed.epsilon_spent == pytest.approx(full.epsilon_spent, rel=1e-9) and resumed.epsilon_spent <= 2.0
     for k in full.params:  # sampler, optimiser and noise generator states came back with the checkpoint
         assert torch.equal(full.params[k], resumed.params[k]), k
 
@@ -582,8 +592,8 @@ def test_dp_agr_resume_from_an_older_checkpoint_counts_the_later_releases(tmp_pa
     after = ledger_entries(out / "ledger-task.jsonl")
     assert [e.hash for e in after[:2]] == [e.hash for e in released]  # nothing released is forgotten
     assert len(after) <= cap  # the redone pass is charged again, and the budget still holds
-    assert resumed.epsilon_spent <= 3.0 and resumed.steps_done <= full.steps_done
-    assert resumed.epsilon_spent == pytest.approx(pld_epsilon(Gaussian(2.0), len(after)), rel=1e-6)
+    assert resumed.epsilon_spent <= 2.0 and resumed.steps_done <= full.steps_done
+    assert resumed.epsilon_spent == pytest.approx(_tightest(RandomAllocation(5, Gaussian(2.0)), len(after)), rel=1e-6)
 
 
 

@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metadp.accounting import Gaussian  # noqa: E402
+from metadp.accounting import Gaussian, RandomAllocation  # noqa: E402
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier, sum_noise_multiplier  # noqa: E402
 from metadp.training import functional  # noqa: E402
 from metadp.training.clipping import POLICIES, ClipPolicy  # noqa: E402
@@ -214,12 +214,13 @@ def test_quantile_run_moves_the_threshold_and_keeps_the_accounted_events(tmp_pat
     assert large.report["final_clip"] < 1e4
     fixed = run(TrainConfig(clip=1e-4, clip_policy="fixed", **common), tmp_path / "fixed")
     assert fixed.report["final_clip"] == 1e-4
-    # the count's release is folded into the step: the views and the ledgers still charge Gaussian(z)
+    # the count's release is folded into the step: the views and the ledgers still charge z (the task a pass of
+    # random allocation over its 5 steps, the record one Gaussian a pass)
     strip = ("event", "view", "charges", "epsilon", "relation", "charged_per")
     for out in (small, large):
         assert [{k: v[k] for k in strip} for v in out.report["views"]] == \
                [{k: v[k] for k in strip} for v in fixed.report["views"]]
-    for view, event in (("task", Gaussian(z)), ("record", Gaussian(z / 2))):
+    for view, event in (("task", RandomAllocation(5, Gaussian(z))), ("record", Gaussian(z / 2))):
         charged = _ledger_events(tmp_path / "small" / f"ledger-{view}.jsonl")
         assert charged == _ledger_events(tmp_path / "fixed" / f"ledger-{view}.jsonl") == [(event, 1)] * 2  # 2 passes
     # why that is right: the sum's raised multiplier and the count's combine to exactly z

@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 
 from torch.func import functional_call, grad, jacrev  # noqa: E402
 
+from metadp.core.events import RandomAllocation  # noqa: E402
 from metadp.accounting import (EpisodicSampled, FixedSizeSampled, Gaussian, NonPrivate, PoissonSampled,  # noqa: E402
                                PoolSubstitution)
 from metadp.accounting.pld import PldAccountant  # noqa: E402
@@ -110,10 +111,12 @@ def test_central_fixed_size_batches_are_substitution_and_have_no_record_bound(al
 
 @pytest.mark.parametrize("algorithm", CENTRAL_TASK_CLIP)
 @pytest.mark.parametrize("k", [1, 4])
-def test_central_one_pass_is_one_gaussian_per_pass(algorithm, k):
+def test_central_one_pass_is_random_allocation_per_pass(algorithm, k):
     z = 1.7
     v = by_key(views(algorithm, ONE_PASS, noise=z, inner_noise=2.0, record_multiplicity=k))
-    assert_event(v["task"].event, Gaussian(z))
+    # the trainer's one-pass sampler is random allocation: charged as a balls_in_bins plan charges it (issue 29;
+    # it was the single Gaussian a pass)
+    assert_event(v["task"].event, RandomAllocation(20, Gaussian(z)))
     assert v["task"].charge == "pass" and v["task"].relation == "add_remove"
     # the k appearances may share a pass: Gaussian(1 / (k s)), s = 2 / z
     assert_event(v["record"].event, Gaussian(z / (2 * k)))
@@ -146,7 +149,7 @@ def test_sample_level_maml_events(first_order, S, z_in, z, m, k):
     assert v["record"].charge == v["task"].charge == "step"
     one_pass = by_key(views("dp-maml-sample", ONE_PASS, **kw))
     assert_event(one_pass["record"].event, Gaussian(1 / (k * s)))
-    assert_event(one_pass["task"].event, Gaussian(z / m))
+    assert_event(one_pass["task"].event, RandomAllocation(20, Gaussian(z / m)))
     assert one_pass["record"].charge == one_pass["task"].charge == "pass"
     fixed = by_key(views("dp-maml-sample", FIXED, **kw))
     assert fixed["record"].event is None and fixed["record"].reason
