@@ -248,7 +248,7 @@ def _check_maml_family(args) -> None:
                          f"and visits are random under --sampler {sampler}, so the noise cannot be calibrated; "
                          "give --inner-noise, or use --sampler one-pass")
     if args.save_plan:
-        why = flags_plan_refusal(alg, unit, sampler)
+        why = flags_plan_refusal(alg, unit, sampler, pool, meta_batch)
         if why is not None:
             raise ValueError(why)
     policy = args.clip_policy or "fixed"

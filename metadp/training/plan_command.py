@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 from metadp.accounting.adaptive_clipping import sum_noise_multiplier
 from metadp.plan import Plan, load_plan
 from metadp.plan_solve import calibrate_plan
-from metadp.sampling import RUN_SCHEMES
+from metadp.sampling import RUN_SCHEMES, of_lot
 from metadp.training.clipping import clip_rule
 from metadp.training import algorithms, datasets
 from metadp.training.plan_run import check_plan, fresh_episodes
@@ -109,8 +109,10 @@ def calibrated(table: Dict[str, Any], epsilon: float) -> Tuple[Plan, Dict[str, A
     return solved.plan, table, solved.value
 
 
-def flags_plan_refusal(alg, unit: str, sampler: str) -> Optional[str]:
-    """Why no plan file expresses a flag run of ``alg`` budgeting ``unit`` under ``--sampler sampler``."""
+def flags_plan_refusal(alg, unit: str, sampler: str, pool: Optional[int] = None,
+                       meta_batch: Optional[float] = None) -> Optional[str]:
+    """Why no plan file expresses a flag run of ``alg`` budgeting ``unit`` under ``--sampler sampler`` (with
+    ``pool`` and ``meta_batch`` where known: a one-pass run's passes must cut the pool evenly)."""
     why = None
     if not alg.private:
         why = f"{alg.name} is non-private"
@@ -119,8 +121,13 @@ def flags_plan_refusal(alg, unit: str, sampler: str) -> Optional[str]:
     elif unit != "task":
         why = (f"the {unit} view of a fixed task pool (records shared between tasks) has no plan form; a plan with "
                "[[hierarchy]] levels draws fresh episodes instead")
-    elif sampler not in ("poisson", "fixed"):
+    elif sampler not in ("poisson", "fixed", "one-pass"):
         why = f"--sampler {sampler} has no plan form yet"
+    elif sampler == "one-pass" and pool is not None and meta_batch is not None and pool % _steps_a_pass(pool,
+                                                                                                     meta_batch):
+        why = (f"--sampler one-pass over --pool {pool} with --meta-batch {meta_batch:g} makes "
+               f"{_steps_a_pass(pool, meta_batch)} steps a pass, which do not cut the pool evenly; a balls_in_bins "
+               "plan needs population / batch_size steps a pass (choose a --meta-batch that divides --pool)")
     return None if why is None else f"--save-plan: {why}"
 
 
@@ -128,10 +135,13 @@ def flags_plan(args, config, record_multiplicity: int) -> Dict[str, Any]:
     """The plan table a flag run describes (``--save-plan`` without ``--plan``), with the pool's
     ``record_multiplicity`` (each record in at most that many of its tasks: the plan then reports the run's
     record view too); raises where no plan file expresses the run (:func:`flags_plan_refusal`)."""
-    why = flags_plan_refusal(config.family, config.budget_unit, config.sampling)
+    why = flags_plan_refusal(config.family, config.budget_unit, config.sampling, args.pool, config.meta_batch)
     if why is not None:
         raise ValueError(why)
-    if config.sampling == "poisson":
+    if config.sampling == "one-pass":  # random allocation: population / batch_size steps a pass
+        sampling = {"scheme": "balls_in_bins", "population": args.pool,
+                    "batch_size": args.pool // _steps_a_pass(args.pool, config.meta_batch)}
+    elif config.sampling == "poisson":
         sampling = {"scheme": "poisson", "population": args.pool, "rate": config.meta_batch / args.pool}
         if config.meta_batch == int(config.meta_batch):
             sampling = {"scheme": "poisson", "population": args.pool, "batch_size": int(config.meta_batch)}
@@ -146,6 +156,11 @@ def flags_plan(args, config, record_multiplicity: int) -> Dict[str, Any]:
     return {"name": f"metadp train {args.algorithm} --data {args.data}", "unit": "task",
             "relation": "substitute" if config.sampling == "fixed" else "add_remove", "delta": config.delta,
             "steps": config.steps, "sampling": sampling, "noise": noise, "record_multiplicity": record_multiplicity}
+
+
+def _steps_a_pass(pool: int, meta_batch: float) -> int:
+    """The trainer's one-pass steps a pass (``BallsInBins.of_lot``)."""
+    return of_lot("one-pass", pool, meta_batch).steps_per_pass
 
 
 def save_plan(path: str, table: Dict[str, Any]) -> None:

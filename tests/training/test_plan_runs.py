@@ -396,3 +396,27 @@ def test_a_pool_whose_records_repeat_more_than_the_plan_says_is_refused(tmp_path
     assert main(["train", "dp-maml", "--plan", plan, "--data", "sinusoid", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "a record is in up to 2 tasks of this pool, the plan's record_multiplicity is 1" in err
+
+
+def test_a_one_pass_flag_run_saves_its_balls_in_bins_plan(tmp_path, capsys):
+    # --sampler one-pass is random allocation: its plan is balls_in_bins, certified as the run charged it
+    saved, out = tmp_path / "one_pass.toml", tmp_path / "run"
+    assert main(["train", "dp-agr", "--data", "sinusoid", "--sampler", "one-pass", "--noise", "1.0", "--steps", "12",
+                 "--meta-batch", "4", "--pool", "40", "--eval-tasks", "10", "--save-plan", str(saved),
+                 "--out", str(out)]) == 0
+    plan = loads_plan(saved.read_text())
+    assert plan.sampling.scheme == "balls_in_bins" and plan.sampling.steps_per_pass == 10
+    views = {v["view"]: v for v in json.loads((out / "privacy_report.json").read_text())["views"]}
+    planned = _plan_json(str(saved), capsys)
+    assert views["task"]["charges"] == 2  # 12 steps: two passes, the partial second charged in full
+    assert planned["epsilon"] == pytest.approx(views["task"]["epsilon"], rel=1e-9)
+    record = next(o for o in planned["other_units"] if o["unit"] == "record")
+    assert record["epsilon"] == pytest.approx(views["record"]["epsilon"], rel=1e-9)
+
+
+def test_a_one_pass_run_whose_passes_do_not_cut_the_pool_has_no_plan_form(tmp_path, capsys):
+    assert main(["train", "dp-agr", "--data", "sinusoid", "--sampler", "one-pass", "--noise", "1.0", "--steps", "3",
+                 "--meta-batch", "4", "--pool", "42", "--save-plan", str(tmp_path / "p.toml"),
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "do not cut the pool evenly" in err and not (tmp_path / "run").exists()
