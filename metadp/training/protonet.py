@@ -27,6 +27,7 @@ query together, transductively, as in MAML; ``vmap`` over episodes), ``norm="gro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -226,6 +227,31 @@ def build_model(config: ProtoConfig, image_shape) -> ProtoNet:
     return model
 
 
+@contextlib.contextmanager
+def _metrics_log(out_dir):
+    """``out_dir/metrics.jsonl`` open for writing (the folder made), or None where ``out_dir`` is None."""
+    if out_dir is None:
+        yield None
+        return
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(out_dir) / "metrics.jsonl", "w") as log:
+        yield log
+
+
+def _step(model, optimiser, images, ids, config: ProtoConfig, obfuscate, noise_gen, device) -> dict:
+    """One Adam step on the episodes ``ids``: prototypical loss plus the weighted denoising loss; the step's
+    metrics (``loss``, ``classification``, ``denoising``, ``accuracy`` on its queries)."""
+    classification, logits, labels, clean, denoised = _episode_logits(model, images, ids, config, obfuscate,
+                                                                      noise_gen)
+    denoising = denoising_loss(denoised, clean) if config.denoiser else torch.zeros((), device=device)
+    loss = classification + config.denoise_weight * denoising
+    optimiser.zero_grad(set_to_none=True)
+    loss.backward()
+    optimiser.step()
+    return {"loss": loss.item(), "classification": classification.item(), "denoising": denoising.item(),
+            "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
+
+
 def train_protonet(images: torch.Tensor, config: ProtoConfig, out_dir=None, *, device="cpu",
                    progress: Optional[Callable[[int, dict], None]] = None,
                    obfuscate: Optional[Obfuscate] = None) -> ProtoResult:
@@ -239,10 +265,9 @@ def train_protonet(images: torch.Tensor, config: ProtoConfig, out_dir=None, *, d
 
     The clean images are the server's own training data, known to it; they are used only here.
 
-    Privacy: training images are re-obfuscated each time an episode draws them, and each
-    obfuscation is a release; n releases of one image compose to ``image.dp_pix_event(eps, n)``
-    (at most n eps for pure DP). The result records the most and the mean releases per image; the
-    user's guarantee for a released test image is one release (:func:`privacy_report`).
+    Privacy: each obfuscation of a training image is a release (n releases compose to
+    ``dp_pix_event(eps, n)``); the result records the most and the mean releases per image, and
+    :func:`privacy_report` gives the user's guarantee for a released test image (one release).
 
     Args:
         images: the training pool [classes, per_class, C, H, W], values in [0, 1] (``ImagePool.images``).
@@ -266,37 +291,22 @@ def train_protonet(images: torch.Tensor, config: ProtoConfig, out_dir=None, *, d
     episode_gen, noise_gen = _generators(config.seed, device)
     n_classes, per_class = images.shape[:2]
     releases = torch.zeros(n_classes * per_class, dtype=torch.long)
-    log = None
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        log = open(out / "metrics.jsonl", "w")
     losses = []
-    try:
+    with _metrics_log(out_dir) as log:
         model.train()
         for step in range(1, config.steps + 1):
             ids = _episode_ids(n_classes, per_class, config.episodes_per_step, config.n_way,
                                config.k_shot + config.k_query, episode_gen)  # [T, N, K + Q]
             releases += torch.bincount(ids.flatten(), minlength=releases.numel())
-            classification, logits, labels, clean, denoised = _episode_logits(model, images, ids, config, obfuscate,
-                                                                              noise_gen)
-            denoising = denoising_loss(denoised, clean) if config.denoiser else torch.zeros((), device=device)
-            loss = classification + config.denoise_weight * denoising
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
+            metrics = _step(model, optimiser, images, ids, config, obfuscate, noise_gen, device)
             if scheduler is not None:
                 scheduler.step()
-            metrics = {"step": step, "loss": loss.item(), "classification": classification.item(),
-                       "denoising": denoising.item(), "accuracy": (logits.argmax(-1) == labels).float().mean().item()}
+            metrics = {"step": step, **metrics}
             losses.append(metrics["loss"])
             if log is not None:
                 log.write(json.dumps(metrics) + "\n")
             if progress is not None:
                 progress(step, metrics)
-    finally:
-        if log is not None:
-            log.close()
     result = ProtoResult(model, config, losses, int(releases.max()), float(releases.double().mean()))
     if out_dir is not None:
         torch.save({"config": dataclasses.asdict(config), "model": model.state_dict(),

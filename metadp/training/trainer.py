@@ -169,13 +169,7 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
     checkpoints and report stay this loop's.
 
     ``audit``: test instrumentation of a canary audit (``metadp.verify.canaries``; never set by ``metadp
-    train``). An object with ``attach(run)`` (called once, before the first step: it may wrap
-    ``run.sampler``, e.g. to leave out the canaries the audit excluded), ``contributions(fn)`` (the
-    per-task contribution function the step uses, possibly wrapped: gradient canaries replace their rows'
-    contributions before the clip, sum and noise below run on them), ``clipping(on)``,
-    ``release_std(std)`` and ``observe(step, params, release, std)`` (each release, after its noise and
-    before the update uses it). An honest audit returns ``on`` and ``std`` unchanged; the audit's planted
-    defects (its controls) change them, and such a run's guarantee is void (its report says so).
+    train``), with ``attach(run)`` and the methods of ``_Unaudited`` (whose docstring says what each may do).
 
     Every refusal comes before anything is written: the configuration's (no guarantee to budget, a
     budget that does not cover one release), an output path that cannot be a folder, a folder that holds
@@ -200,12 +194,7 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
         if run_folder.inspect(out).run_files != state.run_files:  # another run wrote here after the first check
             state, changed = run_folder.check_folder(out, record, resume, resume_changed)
             _check_ledgers(out, state, changed, run, None)
-        stored = state.stored
-        if stored is None or "setup" not in stored or stored["config"] != record["config"]:
-            history = list(stored.get("history", [])) if stored is not None and "setup" in stored else []
-            if stored is not None:
-                history.append({"config": stored["config"], "releases_before": state.releases, "until": time.time()})
-            run_folder.write_run_file(out, dict(record, history=history))
+        _write_run_file(out, record, state)
         run.open_ledgers(out, resume)
         if audit is not None:
             audit.attach(run)
@@ -214,6 +203,17 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
                          _UNAUDITED if audit is None else audit)
         finally:
             run.close()
+
+
+def _write_run_file(out: Path, record: dict, state) -> None:
+    """``run.json``: this run's record, with the settings of the runs before it in the folder (``history``:
+    each with the releases made before it changed) when they differ."""
+    stored = state.stored
+    if stored is None or "setup" not in stored or stored["config"] != record["config"]:
+        history = list(stored.get("history", [])) if stored is not None and "setup" in stored else []
+        if stored is not None:
+            history.append({"config": stored["config"], "releases_before": state.releases, "until": time.time()})
+        run_folder.write_run_file(out, dict(record, history=history))
 
 
 def _prepared(pool, c: TrainConfig, out_dir, device, resume, resume_changed, setup, plan, warn):
@@ -235,7 +235,15 @@ def check_run(pool, config: TrainConfig, out_dir, *, device: str = "cpu", resume
 
 
 class _Unaudited:
-    """What ``_loop`` asks an audit, when there is none: every value as the run computed it."""
+    """What ``_loop`` asks an audit, when there is none: every value as the run computed it.
+
+    An audit (``train(audit=...)``, ``metadp.verify.canaries``) also has ``attach(run)``, called once before
+    the first step: it may wrap ``run.sampler``, e.g. to leave out the canaries the audit excluded. Its
+    ``contributions(fn)`` is the per-task contribution function the step uses, possibly wrapped (gradient
+    canaries replace their rows' contributions before the clip, sum and noise run on them); ``clipping(on)``,
+    ``release_std(std)`` and ``observe(step, params, release, std)`` see each release after its noise and
+    before the update uses it. An honest audit returns ``on`` and ``std`` unchanged; the audit's planted
+    defects (its controls) change them, and such a run's guarantee is void (its report says so)."""
 
     @staticmethod
     def contributions(fn):
