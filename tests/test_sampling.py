@@ -204,3 +204,17 @@ def test_relations_and_epochs_follow_the_scheme():
     epochs = {k: v for k, v in plan_dict({"scheme": "poisson", "population": 100, "batch_size": 30}, epochs=2).items()
               if k != "steps"}
     assert Plan.from_dict(epochs).steps == 7  # 2 x 100 / 30 = 6.67 expected steps, rounded up
+
+
+@pytest.mark.parametrize("scheme", [Poisson(0.25, 40), Poisson(1 / 3, 30), FixedSize(10, 40), BallsInBins(40, 10),
+                                    Shuffle(8, 40), NoSampling(12)])
+def test_a_schemes_plan_table_loads_back_to_it(scheme):
+    # what --save-plan writes for a run's scheme (issue 29: flags compile to a plan)
+    table = scheme.plan_table()
+    assert table is not None and table["scheme"] == scheme.scheme
+    assert SCHEMES[scheme.scheme].from_table(dict(table)) == scheme
+
+
+def test_a_scheme_without_an_exact_plan_form_has_no_plan_table():
+    assert BallsInBins(42, 10).plan_table() is None  # 42 / 10 steps a pass: no batch_size states it
+    assert of_lot("one-pass", 40, 4).plan_table() == {"scheme": "balls_in_bins", "population": 40, "batch_size": 4}

@@ -21,6 +21,8 @@ RUN_SCHEMES: Dict[str, type] = {}
 NOT_IN_PLANS: Dict[str, str] = {}
 """Schemes a plan file may not name yet, with what to use instead."""
 
+_PLAN_KEYS = ("scheme", "population", "batch_size", "rate", "episodes")  # a plan's [sampling] keys
+
 
 def register(*, plan: bool = True, run: Optional[str] = None, refusal: Optional[str] = None) -> Callable[[type], type]:
     """Class decorator: the scheme is named in plan files (``plan``), by the trainer (``run``: its
@@ -50,6 +52,7 @@ class Sampling:
     basis: ClassVar[str] = ""  # the theorem, in words (training reports)
     pooled_words: ClassVar[str] = "this task sampling"  # in pooled_record's refusal
     hierarchy_use: ClassVar[Optional[str]] = None  # "episodes" (required), "tasks" (optional) or None
+    plan_keys: ClassVar[Tuple[str, ...]] = _PLAN_KEYS  # the [sampling] keys that state it (plan_table)
 
     def step_event(self, inner: ev.Event) -> ev.Event:
         """One step for one unit, as sampled (no group, no hierarchy)."""
@@ -108,6 +111,19 @@ class Sampling:
         """The report's ``sampling`` record (the keys of ``metadp plan --json``)."""
         return {"scheme": self.scheme, "population": getattr(self, "population", None),
                 "batch_size": getattr(self, "batch_size", None), "rate": getattr(self, "rate", None)}
+
+    def plan_table(self) -> Optional[Dict[str, Any]]:
+        """The ``[sampling]`` table of a plan file that describes exactly this scheme (``metadp train
+        --save-plan``), or None where no plan file does (a scheme plans may not name, or parameters that
+        its plan keys cannot state exactly)."""
+        if SCHEMES.get(self.scheme) is not type(self):
+            return None
+        table = {k: v for k, v in self.to_dict().items() if v is not None and k in self.plan_keys}
+        try:
+            same = type(self).from_table(dict(table)) == self
+        except ValueError:
+            return None
+        return table if same else None
 
     @classmethod
     def from_record(cls, d: Mapping) -> "Sampling":

@@ -25,6 +25,7 @@ class Shuffle(_Batches):
     pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
 
     scheme: ClassVar[str] = "shuffle"
+    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size")  # its rate is derived
     relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
     charge: ClassVar[str] = "pass"
     citations: ClassVar[Tuple[str, ...]] = ("chua2024private",)
@@ -86,6 +87,7 @@ class BallsInBins(Sampling):
     steps_per_pass: int
 
     scheme: ClassVar[str] = "balls_in_bins"
+    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size")  # steps a pass: derived
     charge: ClassVar[str] = "pass"
     citations: ClassVar[Tuple[str, ...]] = ("feldman2025random", "chua2025balls")
     basis: ClassVar[str] = ("one pass, each unit in exactly one step: single Gaussian per pass, no amplification "

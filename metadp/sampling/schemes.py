@@ -160,6 +160,7 @@ class FixedSize(_TaskSlots, _Batches):
     hierarchy: Optional[Hierarchy] = dataclasses.field(default=None, compare=False)
 
     scheme: ClassVar[str] = "fixed"
+    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size")  # its rate is derived
     relation: ClassVar[str] = "substitute"
     relations: ClassVar[Tuple[str, ...]] = ("substitute",)
     relation_note: ClassVar[str] = (" (fixed-size sampling is analysed under substitution, Balle, Barthe & "
@@ -202,6 +203,7 @@ class NoSampling(Sampling):
     population: Optional[int] = None
 
     scheme: ClassVar[str] = "none"
+    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population")  # every unit, every step
     rate: ClassVar[float] = 1.0  # every unit in every step
     relations: ClassVar[Tuple[str, ...]] = ("add_remove", "substitute")
     basis: ClassVar[str] = "the mechanism at every step, no sampling"

@@ -112,7 +112,8 @@ def calibrated(table: Dict[str, Any], epsilon: float) -> Tuple[Plan, Dict[str, A
 def flags_plan_refusal(alg, unit: str, sampler: str, pool: Optional[int] = None,
                        meta_batch: Optional[float] = None) -> Optional[str]:
     """Why no plan file expresses a flag run of ``alg`` budgeting ``unit`` under ``--sampler sampler`` (with
-    ``pool`` and ``meta_batch`` where known: a one-pass run's passes must cut the pool evenly)."""
+    ``pool`` and ``meta_batch`` where known: the scheme they make must have an exact plan form,
+    ``Sampling.plan_table``)."""
     why = None
     if not alg.private:
         why = f"{alg.name} is non-private"
@@ -121,46 +122,32 @@ def flags_plan_refusal(alg, unit: str, sampler: str, pool: Optional[int] = None,
     elif unit != "task":
         why = (f"the {unit} view of a fixed task pool (records shared between tasks) has no plan form; a plan with "
                "[[hierarchy]] levels draws fresh episodes instead")
-    elif sampler not in ("poisson", "fixed", "one-pass"):
-        why = f"--sampler {sampler} has no plan form yet"
-    elif sampler == "one-pass" and pool is not None and meta_batch is not None and pool % _steps_a_pass(pool,
-                                                                                                     meta_batch):
-        why = (f"--sampler one-pass over --pool {pool} with --meta-batch {meta_batch:g} makes "
-               f"{_steps_a_pass(pool, meta_batch)} steps a pass, which do not cut the pool evenly; a balls_in_bins "
-               "plan needs population / batch_size steps a pass (choose a --meta-batch that divides --pool)")
+    elif pool is not None and meta_batch is not None and of_lot(sampler, pool, meta_batch).plan_table() is None:
+        scheme = of_lot(sampler, pool, meta_batch)
+        why = (f"--sampler {sampler} over --pool {pool} with --meta-batch {meta_batch:g} ({scheme.text('task')}) has "
+               f"no exact plan form: no sampling.scheme = '{scheme.scheme}' table states it (one-pass: choose a "
+               "--meta-batch whose passes cut the pool evenly)")
     return None if why is None else f"--save-plan: {why}"
 
 
 def flags_plan(args, config, record_multiplicity: int) -> Dict[str, Any]:
-    """The plan table a flag run describes (``--save-plan`` without ``--plan``), with the pool's
-    ``record_multiplicity`` (each record in at most that many of its tasks: the plan then reports the run's
-    record view too); raises where no plan file expresses the run (:func:`flags_plan_refusal`)."""
+    """The plan table a flag run describes (``--save-plan`` without ``--plan``): its scheme's own plan table
+    (``Sampling.plan_table``), relation, noise, steps and the pool's ``record_multiplicity`` (each record in at
+    most that many of its tasks: the plan then reports the run's record view too); raises where no plan file
+    expresses the run (:func:`flags_plan_refusal`)."""
     why = flags_plan_refusal(config.family, config.budget_unit, config.sampling, args.pool, config.meta_batch)
     if why is not None:
         raise ValueError(why)
-    if config.sampling == "one-pass":  # random allocation: population / batch_size steps a pass
-        sampling = {"scheme": "balls_in_bins", "population": args.pool,
-                    "batch_size": args.pool // _steps_a_pass(args.pool, config.meta_batch)}
-    elif config.sampling == "poisson":
-        sampling = {"scheme": "poisson", "population": args.pool, "rate": config.meta_batch / args.pool}
-        if config.meta_batch == int(config.meta_batch):
-            sampling = {"scheme": "poisson", "population": args.pool, "batch_size": int(config.meta_batch)}
-    else:
-        sampling = {"scheme": "fixed", "population": args.pool, "batch_size": int(config.meta_batch)}
+    scheme = of_lot(config.sampling, args.pool, config.meta_batch)
     noise = {"mechanism": "gaussian", "multiplier": config.noise_multiplier}
     if clip_rule(config.clip_policy).releases_count:
         # the trainer's z is the sum's and the count's together; the plan's multiplier is the sum's
         noise = {"mechanism": "gaussian",
                  "multiplier": sum_noise_multiplier(config.noise_multiplier, config.quantile_count_noise),
                  "count_noise": config.quantile_count_noise}
-    return {"name": f"metadp train {args.algorithm} --data {args.data}", "unit": "task",
-            "relation": "substitute" if config.sampling == "fixed" else "add_remove", "delta": config.delta,
-            "steps": config.steps, "sampling": sampling, "noise": noise, "record_multiplicity": record_multiplicity}
-
-
-def _steps_a_pass(pool: int, meta_batch: float) -> int:
-    """The trainer's one-pass steps a pass (``BallsInBins.of_lot``)."""
-    return of_lot("one-pass", pool, meta_batch).steps_per_pass
+    return {"name": f"metadp train {args.algorithm} --data {args.data}", "unit": "task", "relation": scheme.relation,
+            "delta": config.delta, "steps": config.steps, "sampling": scheme.plan_table(), "noise": noise,
+            "record_multiplicity": record_multiplicity}
 
 
 def save_plan(path: str, table: Dict[str, Any]) -> None:
