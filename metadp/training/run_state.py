@@ -8,8 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 
@@ -24,14 +23,11 @@ from metadp.training.clipping import ClipPolicy, clip_rule
 from metadp.training.config import TrainConfig
 from metadp.training.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
 from metadp.training.report import run_report, view_entry
+from metadp.training.run_ledgers import ViewLedgers
 from metadp.training.samplers import EpisodicSampler, sampler_for
 from metadp.training.tasks import FreshEpisodes
 
 __all__ = ["stream_seed", "run_views", "calibrate"]
-
-
-def _json_safe(d: dict) -> dict:
-    return {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 def sampled_rows(mask: torch.Tensor, capacity: int):
@@ -191,63 +187,10 @@ class _Run:
             ids = pool.record_ids(torch.arange(pool.size, device=device))
             self.record_visits = torch.zeros(int(ids.max()) + 1, dtype=torch.int64, device=device)
         self.max_visits = 0
-        self.ledgers: Dict[str, Ledger] = {}
-        self.last_step, self.visit_cap, self.pass_cap, self.schedule = c.steps, math.inf, math.inf, None
-        p = self.primary
-        if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
-            kind = "all"  # the tightest of every accountant that interprets the event, as plans are certified
-            if p.charge == "step":
-                self.schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation,
-                                                accountant=kind)
-                self.last_step = self.schedule.last_step
-            elif p.charge == "pass":
-                passes = math.ceil(c.steps / steps_per_pass(plan))
-                self.pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
-                                          limit=passes)
-                self.last_step = min(c.steps, self.pass_cap * steps_per_pass(plan))
-            else:
-                self.visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant=kind,
-                                           limit=c.steps * max(1, self.multiplicity))  # k visits a step at most
-        if p is not None and p.event is not None and (self.last_step == 0 or self.visit_cap == 0):
-            raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
-                             f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise (--noise) or the "
-                             "budget (--epsilon)")
+        self.ledgers = ViewLedgers(self.views, c)
+        self.last_step, self.pass_cap, self.visit_cap, self.schedule = budget_caps(self.primary, c, plan,
+                                                                                  self.multiplicity)
         self._spent_cache = (None, 0.0)
-
-    def ledger_mismatch(self, found: Dict[str, Ledger]) -> Optional[str]:
-        """Why the ledgers already in a run folder (file name -> ledger) cannot be continued by this run,
-        or None: each must belong to one of this run's views, under its relation and unit, and hold only
-        that view's event (the budget schedule composes one event; mixing would mis-state the spent
-        budget)."""
-        expected = {f"ledger-{v.key}.jsonl": v for v in self.views if v.event is not None}
-        missing = sorted(set(expected) - set(found))
-        if found and missing:  # a run creates all its ledgers at once: one is gone, with its spent budget
-            return (f"{', '.join(missing)} is missing while {', '.join(sorted(found))} is there: the releases it "
-                    "recorded would be forgotten (restore it)")
-        for name, ledger in found.items():
-            v = expected.get(name)
-            if v is None:
-                return f"{name} belongs to a view this run does not have ({', '.join(expected) or 'none'})"
-            if (ledger.relation, ledger.unit) != (v.relation, v.unit):
-                return (f"{name} is a {ledger.unit} ledger under the {ledger.relation} relation, this run's {v.key} "
-                        f"view is {v.unit} under {v.relation}")
-            other = next((r for r in ledger.entries if r.event != v.event), None)
-            if other is not None:
-                return (f"{name} entry {other.index} released {other.event.describe()}, this run's {v.key} view "
-                        f"releases {v.event.describe()}")
-        return None
-
-    def open_ledgers(self, out: Path, resume: bool) -> None:
-        """Opens each view's ledger in ``out`` (repairing a torn final line when resuming) or creates it."""
-        c = self.config
-        for v in self.views:
-            if v.event is None:
-                continue
-            path = out / f"ledger-{v.key}.jsonl"
-            meta = {"config": _json_safe(dataclasses.asdict(c)), "view": v.key, "adversary": v.adversary,
-                    "charge": v.charge, "basis": v.basis, "note": v.reason}
-            self.ledgers[v.key] = (Ledger.open(path, repair=True) if resume and path.exists()
-                                   else Ledger.create(path, v.relation, v.unit, c.delta, metadata=meta))
 
     def _views(self):
         if self.plan_file is not None:
@@ -291,17 +234,6 @@ class _Run:
         if ledger is None or self.primary.charge != "visit":
             return self.max_visits
         return sum(r.count for r in ledger.entries)
-
-    def charge(self, step: int, new_pass: bool, visits_added: int) -> None:
-        """Appends this step's releases to every view's ledger (before anything uses them)."""
-        for v in self.views:
-            ledger = self.ledgers.get(v.key)
-            if ledger is None:
-                continue
-            if v.charge == "step" or (v.charge == "pass" and new_pass):
-                ledger.append(v.event, step=step)
-            elif v.charge == "visit" and visits_added > 0:
-                ledger.append(v.event, visits_added, step=step)
 
     def step_tasks(self, drawn):
         """(tasks, rows, weights) of a step from the sampler's draw: the pool's sampled rows (a Poisson mask
@@ -359,8 +291,8 @@ class _Run:
             "last_step_within_budget": self.last_step,
             "record_multiplicity": self.multiplicity, "max_record_visits": self.max_visits or None,
             "clip_policy": c.clip_policy, "final_clip": self.policy.threshold,
-            "accountant_note": ("certified upper bound from each view's ledger: pld, or rdp where pld has no "
-                                "dominating pair (fixed-size batches)") if c.private else None,
+            "accountant_note": ("the tightest certified upper bound of every accountant that interprets each view's "
+                                "ledger (metadp.accounting.certify)") if c.private else None,
             "views": entries,
             "note": None if c.private else "non-private: no privacy guarantee",
         })
@@ -389,7 +321,7 @@ class _Run:
         return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),
                 "policy": self.policy.state_dict(), "max_visits": self.max_visits,
                 "record_visits": None if self.record_visits is None else self.record_visits.cpu(),
-                "ledgers": {k: (len(l.entries), l.head) for k, l in self.ledgers.items()},
+                "ledgers": self.ledgers.state(),
                 "drawer": None if self.drawer is None else self.drawer.state_dict()}
 
     def load(self, state: dict) -> None:
@@ -401,9 +333,30 @@ class _Run:
         self.max_visits = state["max_visits"]
         if self.record_visits is not None:
             self.record_visits.copy_(state["record_visits"])
-        for key, (length, head) in state["ledgers"].items():  # raises unless each ledger extends what was saved
-            self.ledgers[key].check_prefix(length, head)
+        self.ledgers.check(state["ledgers"])
 
     def close(self) -> None:
-        for ledger in self.ledgers.values():
-            ledger.close()
+        self.ledgers.close()
+
+
+def budget_caps(p, c: TrainConfig, scheme, multiplicity: int):
+    """(last step, pass cap, visit cap, step schedule or None) of a run whose budget view is ``p``: the last step
+    (passes, visits) within ``c.epsilon`` at ``c.delta``, the tightest of every accountant that interprets the
+    view's event, as plans are certified. Raises ValueError where the budget does not cover one charge."""
+    last_step, pass_cap, visit_cap, schedule = c.steps, math.inf, math.inf, None
+    if p is not None and p.event is not None and not isinstance(p.event, NonPrivate) and math.isfinite(c.epsilon):
+        if p.charge == "step":
+            schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation, accountant="all")
+            last_step = schedule.last_step
+        elif p.charge == "pass":
+            passes = math.ceil(c.steps / steps_per_pass(scheme))
+            pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="all", limit=passes)
+            last_step = min(c.steps, pass_cap * steps_per_pass(scheme))
+        else:
+            visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="all",
+                                  limit=c.steps * max(1, multiplicity))  # k visits a step at most
+    if p is not None and p.event is not None and (last_step == 0 or visit_cap == 0):
+        raise ValueError(f"the budget epsilon <= {c.epsilon:g} at delta {c.delta:g} does not cover one "
+                         f"{p.charge} of the {p.key} view ({p.event.describe()}): raise the noise (--noise) or the "
+                         "budget (--epsilon)")
+    return last_step, pass_cap, visit_cap, schedule

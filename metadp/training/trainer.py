@@ -66,7 +66,8 @@ from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResul
 from metadp.training.contributions import resolve as contribution_of
 from metadp.training.clipping import clip_rule
 from metadp.training.engines.local import LOCAL
-from metadp.training.run_state import _Run, _json_safe, calibrate, run_views, stream_seed
+from metadp.training.run_ledgers import json_safe
+from metadp.training.run_state import _Run, calibrate, run_views, stream_seed
 
 __all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
            "SAMPLERS", "ResumeWarning", "TrainingInterrupted"]
@@ -128,7 +129,7 @@ def _check_ledgers(out: Path, state, changed, run: _Run, warn) -> None:
     the resumed run restart from step 0. Reads only."""
     if not state.holds_run:
         return
-    mismatch = run.ledger_mismatch(state.ledgers)
+    mismatch = run.ledgers.mismatch(state.ledgers)
     if mismatch is not None:
         why = f" (changed: {'; '.join(changed)})" if changed else ""
         raise ValueError(f"--resume: this run cannot continue the ledgers in {out}{why}: {mismatch}; a ledger holds "
@@ -195,7 +196,7 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
             state, changed = run_folder.check_folder(out, record, resume, resume_changed)
             _check_ledgers(out, state, changed, run, None)
         _write_run_file(out, record, state)
-        run.open_ledgers(out, resume)
+        run.ledgers.open(out, resume)
         if audit is not None:
             audit.attach(run)
         try:
@@ -220,7 +221,7 @@ def _prepared(pool, c: TrainConfig, out_dir, device, resume, resume_changed, set
     """(out, run.json record, folder state, changed settings, run) after every refusal ``train`` makes before
     writing; reads only."""
     out = run_folder.check_out_path(out_dir)
-    record = {"config": _json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
+    record = {"config": json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
     state, changed = run_folder.check_folder(out, record, resume, resume_changed)
     run = _Run(pool, c, device, plan)
     _check_ledgers(out, state, changed, run, warn)
@@ -287,7 +288,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
                 if run.visits_on_record() + added > run.visit_cap:  # a record would pass the budget: stop first
                     break
             total, norms, task_losses, count = step.release(model, params, tasks, rows, weights, loss_fn, done)
-            run.charge(done, new_pass, added)  # every release is on record before it is used
+            run.ledgers.charge(done, new_pass, added)  # every release is on record before it is used
             if visits is not None:
                 run.record_visits, run.max_visits = visits, run.max_visits + added
             if scale is None:  # the divisor of the sum: fixed for the run (fresh episodes all have one shape)
