@@ -81,7 +81,10 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
     elif data.size != plan.sampling.population:
         raise ValueError(f"the task pool has {data.size} tasks, the plan's sampling.population is "
                          f"{plan.sampling.population}")
-    elif plan.record_multiplicity is not None and data.record_multiplicity() > plan.record_multiplicity:
+    elif plan.record_multiplicity is not None and hasattr(data, "record_multiplicity") \
+            and data.record_multiplicity() > plan.record_multiplicity:
+        # (a federated population's records stay with its clients: there the plan's k is the assumption its
+        # record-level bound states, not something the server can count)
         raise ValueError(f"a record is in up to {data.record_multiplicity()} tasks of this pool, the plan's "
                          f"record_multiplicity is {plan.record_multiplicity}: its record-level bound would not hold "
                          "(raise record_multiplicity in the plan)")

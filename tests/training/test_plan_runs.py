@@ -420,3 +420,15 @@ def test_a_one_pass_run_whose_passes_do_not_cut_the_pool_has_no_plan_form(tmp_pa
                  "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "has no exact plan form" in err and "cut the pool evenly" in err and not (tmp_path / "run").exists()
+
+
+def test_a_federated_population_runs_a_plan_that_declares_record_multiplicity():
+    # the Flower engine's server holds a Population (the clients keep their records): the plan's k is then the
+    # assumption its record-level bound states, not a count the server can check (this raised AttributeError)
+    from metadp.training.engines.flower import Population
+    from metadp.training.run_state import _Run
+
+    plan = loads_plan(SINUSOID_PLAN.replace('name = ', 'record_multiplicity = 1\nname = ', 1))
+    alg = algorithms.get("dp-agr")
+    run = _Run(Population(120), TrainConfig(algorithm="dp-agr", **plan_settings(plan, alg)), "cpu", plan)
+    assert {v.key for v in run.views} == {"task", "record"}
