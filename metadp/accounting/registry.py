@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Dict, Type
 
 from metadp.accounting.pld import PldAccountant
+from metadp.core.validation import lookup
 from metadp.accounting.rdp_accountant import RdpAccountant
 
 __all__ = ["ACCOUNTANTS", "accountant_class", "make_accountant"]
@@ -21,10 +22,7 @@ def accountant_class(name: str) -> Type:
     Raises:
         ValueError: an unknown name (the message lists the known ones).
     """
-    try:
-        return ACCOUNTANTS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {name!r}") from None
+    return lookup("accountant", name, ACCOUNTANTS)
 
 
 def make_accountant(name: str, relation: str = "add_remove", **options):

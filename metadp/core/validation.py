@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional
+from typing import Mapping, Optional
 
 __all__ = [
+    "lookup",
     "check_real",
     "check_probability",
     "check_positive",
@@ -66,6 +67,15 @@ def check_count(name: str, value, *, minimum: int = 0, maximum: Optional[int] = 
     if n < minimum or (maximum is not None and n > maximum):
         raise ValueError(f"{name} must be an integer {allowed}, got {_short(value)}")
     return n
+
+
+def lookup(name: str, value, table: Mapping):
+    """``table[value]``, or ValueError "<name> must be one of <keys>, got <value>" (an unknown or unhashable
+    value): the registries' one lookup."""
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{name} must be one of {', '.join(map(str, table))}, got {value!r}") from None
 
 
 def _short(value) -> str:

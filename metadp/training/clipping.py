@@ -29,7 +29,7 @@ import math
 from collections import deque
 from typing import Any, Dict, Optional
 
-from metadp.core.validation import check_count, check_positive, check_probability, check_real
+from metadp.core.validation import check_count, check_positive, check_probability, check_real, lookup
 
 __all__ = ["POLICIES", "RULES", "ClipRule", "clip_rule", "ClipPolicy"]
 
@@ -65,10 +65,7 @@ def clip_rule(name: str) -> ClipRule:
     Raises:
         ValueError: an unknown name (the message lists the known ones).
     """
-    try:
-        return RULES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"clip policy must be one of {', '.join(POLICIES)}, got {name!r}") from None
+    return lookup("clip policy", name, RULES)
 
 
 class ClipPolicy:
