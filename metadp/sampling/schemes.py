@@ -173,7 +173,7 @@ class FixedSize(_TaskSlots, _Batches):
     @classmethod
     def of_lot(cls, pool: int, lot: float) -> "FixedSize":
         if lot != int(lot):
-            raise ValueError(f"fixed-size batches need a whole meta_batch, got {lot:g}")
+            raise ValueError(f"fixed-size batches need a whole number of tasks a step (the batch size), got {lot:g}")
         return cls(int(lot), pool)
 
     def step_event(self, inner: ev.Event, sensitivity_factor: float = 2.0) -> ev.FixedSizeSampled:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import math
 
+from metadp.sampling import of_lot
 from metadp.training.clipping import clip_rule
 from metadp.training import algorithms, datasets
 from metadp.training.federated import flower_refusal
@@ -231,19 +232,21 @@ def _check_maml_family(args) -> None:
         raise ValueError(f"--meta-batch must be <= --pool ({pool:,} tasks), got {meta_batch:g}: tasks are sampled "
                          "from the pool (a Poisson rate meta-batch / pool above 1 does not exist)")
     sampler = args.sampler or alg.default_sampler
-    if sampler == "fixed" and meta_batch != int(meta_batch):
-        raise ValueError(f"--meta-batch must be a whole number with --sampler fixed (the batch size), got {meta_batch:g}")
+    try:
+        scheme = of_lot(sampler, pool, meta_batch)  # the run's metadp.sampling scheme: it refuses what it cannot draw
+    except ValueError as err:
+        raise ValueError(f"--meta-batch {meta_batch:g} with --sampler {sampler}: {err}") from None
     unit = args.unit or alg.default_unit
     refusal = alg.unit_refusal(unit) if private else None
     if refusal is not None:
         raise ValueError(refusal)
-    if sampler == "fixed" and unit == "record" and private and alg.central_noise:
-        raise ValueError(f"--sampler fixed: {algorithm} has no record-level bound for fixed-size task batches "
+    if unit == "record" and private and alg.central_noise and scheme.pooled_record(1.0, 1)[1] is None:
+        raise ValueError(f"--sampler {sampler}: {algorithm} has no record-level bound for {scheme.pooled_words} "
                          "(records are shared between tasks), so --unit record cannot be budgeted; use --unit "
                          "task or --sampler poisson")
     visit_charged = alg.charged_per_visit(unit)
     if visit_charged and args.epsilon is not None and args.noise is None and args.inner_noise is None \
-            and sampler != "one-pass":
+            and scheme.charge != "pass":  # per-visit charges are counted per pass only where each task is in one
         raise ValueError(f"--epsilon without --inner-noise: the {unit} view of {algorithm} is charged per visit, "
                          f"and visits are random under --sampler {sampler}, so the noise cannot be calibrated; "
                          "give --inner-noise, or use --sampler one-pass")

@@ -308,3 +308,19 @@ def test_no_traceback_from_the_real_command(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "--epsilon" in result.stderr
     assert not Path(out).exists()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["dp-maml", "--sampler", "fixed", "--meta-batch", "2.5", "--noise", "1"],
+     "--meta-batch 2.5 with --sampler fixed: fixed-size batches need a whole number of tasks a step"),
+    (["dp-maml-sample", "--sampler", "fixed", "--meta-batch", "4", "--unit", "record", "--noise", "1"],
+     "--sampler fixed: dp-maml-sample has no record-level bound for fixed-size task batches"),
+    (["dp-reptile", "--sampler", "poisson", "--meta-batch", "4", "--epsilon", "2"],
+     "charged per visit, and visits are random under --sampler poisson"),
+])
+def test_what_the_runs_sampling_scheme_cannot_do_is_refused_in_one_line(tmp_path, capsys, flags, words):
+    # each refusal is read off the run's metadp.sampling scheme (issue 29), never off the sampler's name
+    out = tmp_path / "run"
+    assert main(["train", *flags, "--data", "sinusoid", "--pool", "20", "--steps", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0 and not out.exists()
