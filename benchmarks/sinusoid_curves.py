@@ -23,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from metadp.report import format_upper  # noqa: E402
-from metadp.training import evaluate, models, tasks  # noqa: E402
-from metadp.training.trainer import TrainConfig, calibrate, train  # noqa: E402
+from metadp.training.run import evaluate  # noqa: E402
+from metadp.training.algorithms import models  # noqa: E402
+from metadp.training.data import tasks  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, calibrate, train  # noqa: E402
 
 
 def mse(out, y):

@@ -36,7 +36,9 @@ import torch  # noqa: E402
 
 from metadp.cli import main as metadp_main  # noqa: E402
 from metadp.report import format_upper  # noqa: E402
-from metadp.training import evaluate, models, tasks  # noqa: E402
+from metadp.training.run import evaluate  # noqa: E402
+from metadp.training.algorithms import models  # noqa: E402
+from metadp.training.data import tasks  # noqa: E402
 
 SMALL = {"lot": 25, "pool": 10_000}
 

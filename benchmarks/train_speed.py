@@ -23,8 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from metadp.training import data, models, tasks  # noqa: E402
-from metadp.training.trainer import TrainConfig, train  # noqa: E402
+from metadp.training.data import sources as data  # noqa: E402
+
+from metadp.training.algorithms import models  # noqa: E402
+
+from metadp.training.data import tasks  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, train  # noqa: E402
 
 
 def _tasks_per_second(config, device, repeats=3):

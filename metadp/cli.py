@@ -24,7 +24,7 @@ from metadp.integrations.dp_accounting import conversion_assumptions, default_re
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
 from metadp.plan_solve import Unreachable, calibrate_plan
-from metadp.training.parser import add_train_parser
+from metadp.training.run.parser import add_train_parser
 from metadp.verify.command import add_verify_parser, run_verify
 
 _EXAMPLES = {
@@ -339,7 +339,7 @@ def _needs_torch(module: str, command: str):
 
 
 def _cmd_train(args) -> None:
-    _needs_torch("metadp.training.command", "metadp train").run_train(args)
+    _needs_torch("metadp.training.run.command", "metadp train").run_train(args)
 
 
 _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,

@@ -216,7 +216,7 @@ def test_below_the_delta_floor_the_pld_accountant_answers_at_once_and_still_boun
 
 def test_a_diverged_score_is_said_in_words():
     pytest.importorskip("torch")
-    from metadp.training.evaluate import Score
+    from metadp.training.run.evaluate import Score
 
     text = str(Score(math.nan, math.nan, 5, "mse"))
     assert "diverged" in text and "nan" not in text

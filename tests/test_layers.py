@@ -159,9 +159,9 @@ def test_the_layer_check_can_fail():
     assert [n for fn in _function_bodies(tree) for _, n in _metadp_imports(fn, "metadp.core.x", False)] \
         == ["metadp.plan"]
     assert _layer("metadp.cli") > _layer("metadp.core.x")
-    dynamic = ast.parse("import importlib\nm = importlib.import_module('metadp.training.command')\n"
+    dynamic = ast.parse("import importlib\nm = importlib.import_module('metadp.training.run.command')\n"
                         "n = importlib.import_module(name)\n")
-    assert [n for _, n in _metadp_imports(dynamic, "metadp.plan", False)] == ["metadp.training.command",
+    assert [n for _, n in _metadp_imports(dynamic, "metadp.plan", False)] == ["metadp.training.run.command",
                                                                              "<not a literal>"]
     gate = ast.parse("def _needs_torch(module, command):\n    return importlib.import_module(module)\n"
                      "_needs_torch('metadp.verify.run_audit', 'x')\n")

@@ -138,9 +138,9 @@ def test_every_notebook_runs_without_errors(tmp_path):
 def _imports_torch(path: Path) -> bool:
     """A code cell imports torch, or a metadp.training module that needs it (all but the torch-free ones
     below, which tests/training/test_registry.py imports with torch refused), directly."""
-    light = ("metadp.training.budget", "metadp.accounting.ledger", "metadp.training.privacy",
-             "metadp.training.algorithms", "metadp.training.datasets", "metadp.training.registry",
-             "metadp.training.parser")
+    light = ("metadp.training.run.budget", "metadp.accounting.ledger", "metadp.training.algorithms.privacy",
+             "metadp.training.algorithms", "metadp.training.data.datasets", "metadp.training.registry",
+             "metadp.training.run.parser")
     for cell in load(path)["cells"]:
         if cell["cell_type"] != "code":
             continue

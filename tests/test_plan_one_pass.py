@@ -96,7 +96,7 @@ def test_the_cli_refuses_a_bad_balls_in_bins_plan_in_one_line(tmp_path, capsys):
 def test_the_example_plan_loads_and_the_trainer_runs_its_sampler():
     assert load_plan(EXAMPLES / "dp_fedmeta_one_pass_balls_in_bins.toml").sampling == BallsInBins(400_000, 250)
     torch = pytest.importorskip("torch")
-    from metadp.training.samplers import BallsInBinsSampler, sampler_for
+    from metadp.training.data.samplers import BallsInBinsSampler, sampler_for
     plan = Plan.from_dict(plan_dict(BIB))
     sampler = sampler_for(plan.sampling, torch.Generator().manual_seed(0))
     assert isinstance(sampler, BallsInBinsSampler) and sampler.steps == 100 and sampler.pool_size == 1000

@@ -1,5 +1,5 @@
 """A registry: named entries in registration order (a dict from name to entry) that the flags, the
-checks and the command read (``metadp.training.algorithms``, ``metadp.training.datasets``). No torch."""
+checks and the command read (``metadp.training.algorithms``, ``metadp.training.data.datasets``). No torch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Auditing a real training run with canaries in one run (issue 20): ``metadp verify run``.
 
-The trainer itself (``metadp.training.trainer.train``, a plan run or its flag form) trains on a pool
+The trainer itself (``metadp.training.run.trainer.train``, a plan run or its flag form) trains on a pool
 holding m canaries, each included independently with probability 1/2 (Steinke, Nasr & Jagielski 2023,
 arXiv:2305.08846). Two kinds (``kind``):
 
@@ -55,12 +55,12 @@ import torch
 
 from metadp.plan import Plan
 from metadp.report import format_lower, format_upper
-from metadp.training import functional as F
-from metadp.training import models
-from metadp.training.contributions import resolve as contribution_of
-from metadp.training.plan_run import plan_settings
-from metadp.training.tasks import SinusoidPool
-from metadp.training.trainer import TrainConfig, stream_seed, train
+from metadp.training.algorithms import functional as F
+from metadp.training.algorithms import models
+from metadp.training.algorithms.contributions import resolve as contribution_of
+from metadp.training.run.plan_run import plan_settings
+from metadp.training.data.tasks import SinusoidPool
+from metadp.training.run.trainer import TrainConfig, stream_seed, train
 from metadp.training import algorithms
 from metadp.verify.canary_bounds import certified_view, check_audit_plan, predicted_power, record_bounds
 from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries

@@ -34,7 +34,7 @@ from metadp.verify.claims import accountant_profile, tightest_accountant
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
 from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
-from metadp.training.run_size import LIMIT_HOURS
+from metadp.training.run.size import LIMIT_HOURS
 from metadp.verify.run_command import add_run_arguments, check_run_input
 from metadp.verify.sizing import cached_profile, check_resources, explore_draws, plan_audit
 

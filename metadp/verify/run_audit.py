@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from metadp.training.run_size import say_estimate
+from metadp.training.run.size import say_estimate
 from metadp.verify.canaries import run_canary_audit
 from metadp.verify.run_command import audit_table, plot_canary_audits
 from metadp.verify.support_canaries import run_support_audit

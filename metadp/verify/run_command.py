@@ -14,7 +14,7 @@ from pathlib import Path
 from metadp.plan import load_plan
 from metadp.verify.canary_bounds import check_audit_plan
 from metadp.report import format_lower
-from metadp.training.run_size import check_run_size, plan_run_size
+from metadp.training.run.size import check_run_size, plan_run_size
 
 __all__ = ["add_run_arguments", "check_run_input", "RUN_FLAGS", "plot_canary_audits"]
 

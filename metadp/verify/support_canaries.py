@@ -1,12 +1,12 @@
 """The one-run canary audit of sample-level DP-MAML's support records (README Findings, 4; issue 20).
 
-Sample-level DP-MAML (dp-maml.txt Alg. 2; ``metadp.training.private_steps``) adapts each sampled task by
+Sample-level DP-MAML (dp-maml.txt Alg. 2; ``metadp.training.algorithms.private_steps``) adapts each sampled task by
 one noisy DP-SGD step on its support set, theta_i = phi - lr (sum_j clip(g_j(phi), C_in) + z_in C_in N)
 / n_s, then clips each query example's meta-gradient at C and releases the sum over tasks plus
 N(0, (z C)^2). dp-maml.txt accounts a support record by the inner Gaussian alone: the outer sum is
 post-processing of theta_i. That holds with **first-order** meta-gradients. With **second-order** ones
 the outer gradient is J^T grad L_q(theta_i), J = I - lr / n_s sum_j d clip(g_j) / d phi: every support
-record's Hessian reaches the release without noise. metadp charges it (``metadp.training.privacy``).
+record's Hessian reaches the release without noise. metadp charges it (``metadp.training.algorithms.privacy``).
 
 **The claim audited.** A canary is one support record of its host task (data canaries at record level,
 ``metadp.verify.canaries``: slot 0 of a host's support set is the canary record when included and the
@@ -60,11 +60,12 @@ from metadp.core import events as ev
 from metadp.core.validation import check_count
 from metadp.plan import Plan
 from metadp.report import format_lower, format_upper
-from metadp.training import algorithms, models
-from metadp.training import functional as F
-from metadp.training import private_steps as P
-from metadp.training.contributions import query_sums_given
-from metadp.training.trainer import TrainConfig, stream_seed, train
+from metadp.training import algorithms
+from metadp.training.algorithms import models
+from metadp.training.algorithms import functional as F
+from metadp.training.algorithms import private_steps as P
+from metadp.training.algorithms.contributions import query_sums_given
+from metadp.training.run.trainer import TrainConfig, stream_seed, train
 from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, sinusoid_mse
 from metadp.verify.canary_bounds import check_audit_plan
 from metadp.verify.one_run import guess_and_bound, simulated_power

@@ -26,13 +26,16 @@ torch = pytest.importorskip("torch")
 from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.cli import main  # noqa: E402
 from metadp.plan import loads_plan, plan_epsilon  # noqa: E402
-from metadp.training import algorithms, federated, models, tasks  # noqa: E402
-from metadp.training import functional as F  # noqa: E402
-from metadp.training.config import TrainConfig  # noqa: E402
-from metadp.training.plan_run import plan_settings  # noqa: E402
-from metadp.training.run_state import stream_seed  # noqa: E402
-from metadp.training.samplers import sampler_for  # noqa: E402
-from metadp.training.trainer import TrainingInterrupted, train  # noqa: E402
+from metadp.training import algorithms  # noqa: E402
+from metadp.training.engines import federated  # noqa: E402
+from metadp.training.algorithms import models  # noqa: E402
+from metadp.training.data import tasks  # noqa: E402
+from metadp.training.algorithms import functional as F  # noqa: E402
+from metadp.training.run.config import TrainConfig  # noqa: E402
+from metadp.training.run.plan_run import plan_settings  # noqa: E402
+from metadp.training.run.state import stream_seed  # noqa: E402
+from metadp.training.data.samplers import sampler_for  # noqa: E402
+from metadp.training.run.trainer import TrainingInterrupted, train  # noqa: E402
 from metadp.verify.fidelity import poisson_inclusion_test  # noqa: E402
 
 PLAN = """\

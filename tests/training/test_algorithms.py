@@ -1,4 +1,4 @@
-"""Every training algorithm end to end (metadp.training.trainer), and the private per-task kernels.
+"""Every training algorithm end to end (metadp.training.run.trainer), and the private per-task kernels.
 
 What is checked, and against what:
 
@@ -38,14 +38,14 @@ from torch.func import functional_call  # noqa: E402
 from metadp.accounting import Gaussian, RandomAllocation  # noqa: E402
 from metadp.accounting.certify import certify  # noqa: E402
 from metadp.accounting.pld import PldAccountant  # noqa: E402
-from metadp.training import functional  # noqa: E402
-from metadp.training import private_steps as P  # noqa: E402
-from metadp.training.data import synthetic_glyphs  # noqa: E402
-from metadp.training.functional import inner_adapt, param_dict, per_task_meta_grads  # noqa: E402
+from metadp.training.algorithms import functional  # noqa: E402
+from metadp.training.algorithms import private_steps as P  # noqa: E402
+from metadp.training.data.sources import synthetic_glyphs  # noqa: E402
+from metadp.training.algorithms.functional import inner_adapt, param_dict, per_task_meta_grads  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
-from metadp.training.models import MLP, Conv4  # noqa: E402
-from metadp.training.tasks import EpisodePool, SinusoidPool  # noqa: E402
-from metadp.training.trainer import ALGORITHMS, TrainConfig, calibrate, train  # noqa: E402
+from metadp.training.algorithms.models import MLP, Conv4  # noqa: E402
+from metadp.training.data.tasks import EpisodePool, SinusoidPool  # noqa: E402
+from metadp.training.run.trainer import ALGORITHMS, TrainConfig, calibrate, train  # noqa: E402
 
 INF = math.inf
 DELTA = 1e-5

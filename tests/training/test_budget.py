@@ -5,7 +5,7 @@ import pytest
 
 from metadp.accounting import EpisodicSampled, Gaussian, PoissonSampled, RdpAccountant
 from metadp.accounting.pld import PldAccountant
-from metadp.training.budget import budget_schedule, noise_for_budget
+from metadp.training.run.budget import budget_schedule, noise_for_budget
 
 STEP = PoissonSampled(0.004, Gaussian(1.0))
 

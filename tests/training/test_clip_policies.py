@@ -1,4 +1,4 @@
-"""Clipping-threshold policies (metadp.training.clipping) and how the trainer admits and accounts them.
+"""Clipping-threshold policies (metadp.training.algorithms.clipping) and how the trainer admits and accounts them.
 
 References: the noisy-window and raw-percentile thresholds are checked against ``numpy.percentile``
 (linear interpolation) over the last W values, replayed by a few lines of reference code; the quantile
@@ -18,13 +18,13 @@ torch = pytest.importorskip("torch")
 
 from metadp.accounting import Gaussian, RandomAllocation  # noqa: E402
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier, sum_noise_multiplier  # noqa: E402
-from metadp.training import functional  # noqa: E402
-from metadp.training.clipping import POLICIES, ClipPolicy  # noqa: E402
+from metadp.training.algorithms import functional  # noqa: E402
+from metadp.training.algorithms.clipping import POLICIES, ClipPolicy  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
-from metadp.training.models import MLP  # noqa: E402
-from metadp.training.samplers import PoissonSampler  # noqa: E402
-from metadp.training.tasks import SinusoidPool  # noqa: E402
-from metadp.training.trainer import TrainConfig, train  # noqa: E402
+from metadp.training.algorithms.models import MLP  # noqa: E402
+from metadp.training.data.samplers import PoissonSampler  # noqa: E402
+from metadp.training.data.tasks import SinusoidPool  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, train  # noqa: E402
 
 
 def mse(out, y):

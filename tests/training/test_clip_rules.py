@@ -1,5 +1,5 @@
 """The clip-policy registry (issue 29): each policy's rule says what its threshold moves with, and no code
-outside ``metadp.training.clipping`` decides anything by comparing a policy's name."""
+outside ``metadp.training.algorithms.clipping`` decides anything by comparing a policy's name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import metadp
-from metadp.training.clipping import POLICIES, RULES, ClipPolicy, clip_rule
+from metadp.training.algorithms.clipping import POLICIES, RULES, ClipPolicy, clip_rule
 
 PACKAGE = Path(metadp.__file__).resolve().parent
 
@@ -70,4 +70,4 @@ def test_no_caller_compares_a_policy_name():
         if path.name == "clipping.py":
             continue
         found += [(path.name, line, said) for line, said in _policy_name_tests(ast.parse(path.read_text()))]
-    assert not found, f"ask the policy's rule (metadp.training.clipping.clip_rule) instead: {found}"
+    assert not found, f"ask the policy's rule (metadp.training.algorithms.clipping.clip_rule) instead: {found}"

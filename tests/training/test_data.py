@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
-from metadp.training import data  # noqa: E402
-from metadp.training import omniglot as omniglot_files  # noqa: E402
-from metadp.training.data import (  # noqa: E402
+from metadp.training.data import sources as data  # noqa: E402
+from metadp.training.data import omniglot as omniglot_files  # noqa: E402
+from metadp.training.data.sources import (  # noqa: E402
     ImagePool,
     data_dir,
     load_image_folder,
@@ -22,7 +22,7 @@ from metadp.training.data import (  # noqa: E402
     load_one_shot_runs,
     synthetic_glyphs,
 )
-from metadp.training.tasks import SinusoidPool  # noqa: E402
+from metadp.training.data.tasks import SinusoidPool  # noqa: E402
 
 
 def _omniglot_folder():

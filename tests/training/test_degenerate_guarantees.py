@@ -112,7 +112,7 @@ def test_a_run_that_cannot_end_is_refused_before_data_is_loaded(tmp_path, steps,
 
 def test_force_long_lets_the_estimate_pass():
     from metadp.plan import Plan
-    from metadp.training.run_size import check_run_size, plan_run_size
+    from metadp.training.run.size import check_run_size, plan_run_size
 
     plan = Plan.from_dict({"name": "long", "unit": "task", "delta": 1e-5, "steps": 10**12,
                            "sampling": {"scheme": "poisson", "population": 100, "batch_size": 5},

@@ -1,4 +1,4 @@
-"""The functional training core (metadp.training.functional, .models) against plain autograd loops.
+"""The functional training core (metadp.training.algorithms.functional, .models) against plain autograd loops.
 
 Oracles: every vmapped gradient is compared, in float64 at 1e-10, with a Python loop of
 ``torch.autograd.grad`` calls on one example / one task at a time (``create_graph=True`` through the
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.func import functional_call  # noqa: E402
 
-from metadp.training.functional import (  # noqa: E402
+from metadp.training.algorithms.functional import (  # noqa: E402
     clip,
     flat_norms,
     inner_adapt,
@@ -32,7 +32,7 @@ from metadp.training.functional import (  # noqa: E402
     per_task_meta_grads_and_losses,
     reptile_task_update,
 )
-from metadp.training.models import MLP, BatchStatNorm2d, Conv4  # noqa: E402
+from metadp.training.algorithms.models import MLP, BatchStatNorm2d, Conv4  # noqa: E402
 
 TOL = dict(rtol=1e-10, atol=1e-10)  # float64; the vmapped and looped kernels differ only by rounding
 

@@ -17,10 +17,13 @@ torch = pytest.importorskip("torch")
 from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.cli import main  # noqa: E402
 from metadp.plan import loads_plan  # noqa: E402
-from metadp.training import algorithms, data, models, tasks  # noqa: E402
-from metadp.training.config import TrainConfig  # noqa: E402
-from metadp.training.plan_run import check_plan, plan_settings  # noqa: E402
-from metadp.training.trainer import TrainingInterrupted, train  # noqa: E402
+from metadp.training import algorithms  # noqa: E402
+from metadp.training.data import sources as data  # noqa: E402
+from metadp.training.algorithms import models  # noqa: E402
+from metadp.training.data import tasks  # noqa: E402
+from metadp.training.run.config import TrainConfig  # noqa: E402
+from metadp.training.run.plan_run import check_plan, plan_settings  # noqa: E402
+from metadp.training.run.trainer import TrainingInterrupted, train  # noqa: E402
 
 SINUSOID_PLAN = """\
 name = "tiny sinusoid, Poisson tasks"
@@ -140,7 +143,7 @@ def test_fresh_episodes_hold_the_drawn_images_with_episode_labels():
         classes=6))
     source = tasks.EpisodeImages(images, k_shot=2)
     source.check(plan.hierarchy)
-    from metadp.training.samplers import EpisodicSampler
+    from metadp.training.data.samplers import EpisodicSampler
 
     episodes = EpisodicSampler(plan.hierarchy, 7, torch.Generator().manual_seed(3)).sample()
     fresh = tasks.FreshEpisodes.of(source, episodes)
@@ -326,7 +329,7 @@ def test_the_runs_episodes_contain_a_record_as_often_as_the_plans_event_says(sam
     # the run's own step_tasks (the sampler, the fresh-episode drawer and the padding), seen from one record:
     # the sampled episodes that contain it are Binomial(slots, q eta) a step, q eta the rate the plan's
     # record event composes (EpisodicSampled(slots, q P_U, r): q P_U r = q eta)
-    from metadp.training.run_state import _Run
+    from metadp.training.run.state import _Run
     from metadp.verify.fidelity import episodic_multiplicity_test
 
     text = EPISODIC_PLAN.replace('scheme = "episodic"\nepisodes = 3', sampling).format(classes=6)
@@ -388,7 +391,7 @@ def test_a_saved_flag_plan_runs_with_the_flag_runs_views(tmp_path, capsys):
 
 
 def test_a_pool_whose_records_repeat_more_than_the_plan_says_is_refused(tmp_path, capsys, monkeypatch):
-    from metadp.training.tasks import SinusoidPool
+    from metadp.training.data.tasks import SinusoidPool
 
     plan = _write(tmp_path, SINUSOID_PLAN.replace('name = ', 'record_multiplicity = 1\nname = ', 1))
     monkeypatch.setattr(SinusoidPool, "record_multiplicity", lambda self: 2)
@@ -426,7 +429,7 @@ def test_a_federated_population_runs_a_plan_that_declares_record_multiplicity():
     # the Flower engine's server holds a Population (the clients keep their records): the plan's k is then the
     # assumption its record-level bound states, not a count the server can check (this raised AttributeError)
     from metadp.training.engines.flower import Population
-    from metadp.training.run_state import _Run
+    from metadp.training.run.state import _Run
 
     plan = loads_plan(SINUSOID_PLAN.replace('name = ', 'record_multiplicity = 1\nname = ', 1))
     alg = algorithms.get("dp-agr")

@@ -1,7 +1,7 @@
-"""The privacy views of each training algorithm (metadp.training.privacy) against events derived by hand.
+"""The privacy views of each training algorithm (metadp.training.algorithms.privacy) against events derived by hand.
 
 Every expected event below is written out from the derivation in the module docstring of
-``metadp/training/privacy.py`` (C the clip, z the central multiplier, z_in the inner one, S inner
+``metadp/training/algorithms/privacy.py`` (C the clip, z the central multiplier, z_in the inner one, S inner
 steps, m query examples per task, k the record multiplicity, q the Poisson rate):
 
 * task / client, central noise: a clipped task moves the sum by C: ``PoissonSampled(q, Gaussian(z))``,
@@ -33,16 +33,16 @@ from metadp.core.events import RandomAllocation  # noqa: E402
 from metadp.accounting import (EpisodicSampled, FixedSizeSampled, Gaussian, NonPrivate, PoissonSampled,  # noqa: E402
                                PoolSubstitution)
 from metadp.accounting.pld import PldAccountant  # noqa: E402
-from metadp.training import private_steps as P  # noqa: E402
-from metadp.training.data import synthetic_glyphs  # noqa: E402
-from metadp.training.functional import param_dict  # noqa: E402
-from metadp.training.models import MLP  # noqa: E402
+from metadp.training.algorithms import private_steps as P  # noqa: E402
+from metadp.training.data.sources import synthetic_glyphs  # noqa: E402
+from metadp.training.algorithms.functional import param_dict  # noqa: E402
+from metadp.training.algorithms.models import MLP  # noqa: E402
 from metadp.training import algorithms  # noqa: E402
 from metadp.training.algorithms import views  # noqa: E402
 from metadp.sampling import BallsInBins, FixedSize, Poisson  # noqa: E402
-from metadp.training.privacy import _central_record  # noqa: E402
-from metadp.training.tasks import EpisodePool  # noqa: E402
-from metadp.training.trainer import TrainConfig, run_views  # noqa: E402
+from metadp.training.algorithms.privacy import _central_record  # noqa: E402
+from metadp.training.data.tasks import EpisodePool  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, run_views  # noqa: E402
 
 ALGORITHMS = algorithms.names(meta_loop=True)
 PRIVATE_ALGORITHMS = algorithms.names(meta_loop=True, private=True)

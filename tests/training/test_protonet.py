@@ -1,4 +1,4 @@
-"""Prototypical networks on obfuscated images (metadp.training.protonet) and ``metadp train protonet``."""
+"""Prototypical networks on obfuscated images (metadp.training.algorithms.protonet) and ``metadp train protonet``."""
 
 import json
 import math
@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from metadp.cli import main  # noqa: E402
-from metadp.training import data  # noqa: E402
-from metadp.training.protonet import (Denoiser, ProtoConfig, build_model, denoising_loss,  # noqa: E402
+from metadp.training.data import sources as data  # noqa: E402
+from metadp.training.algorithms.protonet import (Denoiser, ProtoConfig, build_model, denoising_loss,  # noqa: E402
                                       evaluate_protonet, percentage_gain, privacy_report, prototypical_loss,
                                       split_by_alphabet, train_protonet)
 

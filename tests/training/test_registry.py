@@ -15,13 +15,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metadp.training import algorithms, datasets  # noqa: E402
+from metadp.training import algorithms  # noqa: E402
+
+from metadp.training.data import datasets  # noqa: E402
 from metadp.training.algorithms import MetaGradient, register  # noqa: E402
-from metadp.training.models import MLP  # noqa: E402
-from metadp.training.parser import add_train_parser  # noqa: E402
+from metadp.training.algorithms.models import MLP  # noqa: E402
+from metadp.training.run.parser import add_train_parser  # noqa: E402
 from metadp.sampling import of_lot  # noqa: E402
-from metadp.training.tasks import SinusoidPool  # noqa: E402
-from metadp.training.trainer import TrainConfig, train  # noqa: E402
+from metadp.training.data.tasks import SinusoidPool  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,7 +139,7 @@ def test_the_registry_and_the_train_flags_import_without_torch():
              "    def find_spec(self, name, path=None, target=None):\n"
              "        if name.split('.')[0] == 'torch': raise ImportError('no torch')\n"
              "sys.meta_path.insert(0, NoTorch())\n"
-             "import metadp.training.algorithms, metadp.training.datasets, metadp.training.parser, metadp.cli\n"
+             "import metadp.training.algorithms, metadp.training.data.datasets, metadp.training.run.parser, metadp.cli\n"
              "assert 'torch' not in sys.modules\n"
              "print(len(metadp.training.algorithms.REGISTRY))\n")
     out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, cwd=ROOT, timeout=120)

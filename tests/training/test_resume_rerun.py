@@ -14,7 +14,7 @@ from clirun import metadp  # noqa: E402
 from metadp.accounting import Gaussian, PoissonSampled  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.accounting.pld import PldAccountant  # noqa: E402
-from metadp.training import functional  # noqa: E402
+from metadp.training.algorithms import functional  # noqa: E402
 
 PLAN = """name = "resume"
 unit = "task"

@@ -9,8 +9,9 @@ import pytest
 pytest.importorskip("torch")
 
 from clirun import metadp  # noqa: E402
-from metadp.training import command, data_setups  # noqa: E402
-from metadp.training.run_size import LIMIT_HOURS, estimate_run, say_estimate  # noqa: E402
+from metadp.training.run import command  # noqa: E402
+from metadp.training.data import setups as data_setups  # noqa: E402
+from metadp.training.run.size import LIMIT_HOURS, estimate_run, say_estimate  # noqa: E402
 
 PLAN = """name = "never ends"
 unit = "task"

@@ -1,4 +1,4 @@
-"""Trainer samplers (metadp/training/samplers.py): each realises the inclusion law its event assumes.
+"""Trainer samplers (metadp/training/data/samplers.py): each realises the inclusion law its event assumes.
 
 Every sampler's recorded output passes its test in metadp/verify/fidelity.py at alpha = 1e-3, and a
 deliberately wrong sampler of the same shape fails it (seeded generators: each outcome is fixed; the
@@ -21,9 +21,9 @@ torch = pytest.importorskip("torch")
 from metadp.plan import Plan  # noqa: E402
 from metadp.core import events as ev  # noqa: E402
 from metadp.amplification.multistage import Hierarchy, Level  # noqa: E402
-from metadp.training import subsets  # noqa: E402
+from metadp.training.data import subsets  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
-from metadp.training.samplers import (BallsInBinsSampler, EpisodicSampler, Episodes,  # noqa: E402
+from metadp.training.data.samplers import (BallsInBinsSampler, EpisodicSampler, Episodes,  # noqa: E402
                                       FixedSizeSampler, PoissonSampler, random_subsets)
 from metadp.verify.fidelity import (episodic_multiplicity_test, fixed_size_test, one_pass_test,  # noqa: E402
                                     poisson_inclusion_test)

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from metadp.cli import main  # noqa: E402
-from metadp.training import data  # noqa: E402
+from metadp.training.data import sources as data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--data", "sinusoid", "--steps", "3", "--pool", "20", "--meta-batch", "2", "--eval-tasks", "2"]

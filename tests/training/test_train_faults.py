@@ -21,9 +21,9 @@ from metadp.accounting import Gaussian, PoissonSampled  # noqa: E402
 from metadp.accounting.pld import PldAccountant  # noqa: E402
 from metadp.cli import main  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
-from metadp.training.models import MLP  # noqa: E402
-from metadp.training.tasks import SinusoidPool  # noqa: E402
-from metadp.training.trainer import ResumeWarning, TrainConfig, train  # noqa: E402
+from metadp.training.algorithms.models import MLP  # noqa: E402
+from metadp.training.data.tasks import SinusoidPool  # noqa: E402
+from metadp.training.run.trainer import ResumeWarning, TrainConfig, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["dp-maml", "--data", "sinusoid", "--noise", "1", "--pool", "50", "--meta-batch", "5", "--eval-tasks", "5"]
@@ -140,7 +140,7 @@ def test_two_runs_into_one_folder_one_refuses(tmp_path, capsys):
     for extra in ([], ["--resume"]):
         assert main(["train", *args, "--out", str(out), *extra]) == 2
         said = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
-        # a run estimated over 5 s says so before loading data and shows its bar from step 0 (training/run_size.py):
+        # a run estimated over 5 s says so before loading data and shows its bar from step 0 (training/run/size.py):
         # progress, then the refusal
         status = [line for line in said if line.startswith("metadp: metadp train dp-maml: ") or "it/s]" in line]
         assert len(status) <= 2 and all("estimated at least" in line or "0/100000" in line for line in status)

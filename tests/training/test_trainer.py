@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 from metadp.accounting import Gaussian, PoissonSampled  # noqa: E402
 from metadp.accounting.pld import PldAccountant  # noqa: E402
 from metadp.accounting.ledger import Ledger  # noqa: E402
-from metadp.training.models import MLP  # noqa: E402
-from metadp.training.tasks import SinusoidPool  # noqa: E402
-from metadp.training.trainer import TrainConfig, train  # noqa: E402
+from metadp.training.algorithms.models import MLP  # noqa: E402
+from metadp.training.data.tasks import SinusoidPool  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,9 +68,9 @@ def test_stops_at_the_scheduled_last_step_and_reports_its_epsilon(tmp_path):
 
 _CHILD = r"""
 import sys, torch
-from metadp.training.models import MLP
-from metadp.training.tasks import SinusoidPool
-from metadp.training.trainer import TrainConfig, train
+from metadp.training.algorithms.models import MLP
+from metadp.training.data.tasks import SinusoidPool
+from metadp.training.run.trainer import TrainConfig, train
 torch.manual_seed(0)
 config = TrainConfig(algorithm="dp-maml", steps=2000, meta_batch=8, clip=1.0, noise_multiplier=1.0,
                      epsilon=1.4, delta=1e-5, checkpoint_every=5)

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from metadp.plan import Plan  # noqa: E402
-from metadp.training import models  # noqa: E402
-from metadp.training.trainer import train  # noqa: E402
+from metadp.training.algorithms import models  # noqa: E402
+from metadp.training.run.trainer import train  # noqa: E402
 from metadp.verify import canaries as cn  # noqa: E402
 from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries  # noqa: E402
 

@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 
 from metadp.cli import main  # noqa: E402
 from metadp.plan import Plan  # noqa: E402
-from metadp.training import private_steps as P  # noqa: E402
-from metadp.training.trainer import TrainConfig, train  # noqa: E402
-from metadp.training import models  # noqa: E402
+from metadp.training.algorithms import private_steps as P  # noqa: E402
+from metadp.training.run.trainer import TrainConfig, train  # noqa: E402
+from metadp.training.algorithms import models  # noqa: E402
 from metadp.verify.canaries import canary_pool, sinusoid_mse  # noqa: E402
 from metadp.verify.canaries import run_canary_audit  # noqa: E402
 from metadp.verify.support_canaries import SupportAudit, run_support_audit, support_bounds  # noqa: E402

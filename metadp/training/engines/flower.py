@@ -9,7 +9,7 @@ Roles (Flower's Message API: a ``ServerApp`` and a ``ClientApp``):
   settings) it runs the algorithm's per-task computation on its own task (DP-AGR: the MAML inner loop and
   the meta-gradient, dp-fedmeta.txt Alg. 1, client side) and replies with it, neither clipped nor
   noised. On a ``query`` message it says its ``partition-id``.
-* **server** (:class:`DpFedMetaStrategy`): the ``engine`` of ``metadp.training.trainer.train``. The
+* **server** (:class:`DpFedMetaStrategy`): the ``engine`` of ``metadp.training.run.trainer.train``. The
   trainer's loop draws the step's clients with the plan's sampler (``_Run``: Poisson, each client
   independently, an empty draw still releases noise; fixed-size batches under the substitution relation;
   shuffled passes; everyone), never Flower's own node sampling; :meth:`DpFedMetaStrategy.configure_train`
@@ -59,14 +59,18 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import torch
 
-from metadp.training import algorithms, data_setups, datasets
-from metadp.training import functional as F
-from metadp.training.config import TrainConfig, TrainResult
-from metadp.training.contributions import resolve as contribution_of
+from metadp.training import algorithms
+
+from metadp.training.data import setups as data_setups
+
+from metadp.training.data import datasets
+from metadp.training.algorithms import functional as F
+from metadp.training.run.config import TrainConfig, TrainResult
+from metadp.training.algorithms.contributions import resolve as contribution_of
 from metadp.training.engines.local import clip_or_measure
-from metadp.training.federated import INSTALL_HINT
-from metadp.training.run_state import stream_seed
-from metadp.training.trainer import check_run, train
+from metadp.training.engines.federated import INSTALL_HINT
+from metadp.training.run.state import stream_seed
+from metadp.training.run.trainer import check_run, train
 
 try:  # an optional extra: this module imports without it, and each entry point says what to install
     import flwr
@@ -98,7 +102,7 @@ _POLL = 0.02  # seconds between the server's polls for replies
 # -- the client ---------------------------------------------------------------------------------------
 class ClientTask(NamedTuple):
     """What one client holds: the model's architecture (its weights are the server's), a task pool with
-    ``batch``/``joint_batch`` (``metadp.training.tasks``), the row of its own task there, and the loss."""
+    ``batch``/``joint_batch`` (``metadp.training.data.tasks``), the row of its own task there, and the loss."""
 
     model: torch.nn.Module
     tasks: Any
@@ -109,7 +113,7 @@ class ClientTask(NamedTuple):
 def client_update(task: ClientTask, params: Dict[str, torch.Tensor], *, algorithm: str, inner_steps: int,
                   inner_lr: float, first_order: bool):
     """(update, loss): the algorithm's per-task contribution on the client's own task at ``params``
-    (``metadp.training.contributions``; DP-AGR: the MAML meta-gradient), unclipped, and its query loss."""
+    (``metadp.training.algorithms.contributions``; DP-AGR: the MAML meta-gradient), unclipped, and its query loss."""
     alg = algorithms.get(algorithm)
     if alg.inner_dp or not alg.meta_loop:
         raise ValueError(f"algorithm {algorithm!r}: a Flower client computes the per-task updates of "
@@ -312,7 +316,7 @@ class DpFedMetaStrategy:
             "framework": f"flwr {flwr.__version__}", "clients": len(self.node_of), "rounds_run": len(self.rounds),
             "updates_asked": selected, "updates_dropped": dropped,
             "rounds_with_dropouts": [dict(r, round=i + 1) for i, r in enumerate(self.rounds) if r["dropped"]],
-            "selection": "the plan's sampler (metadp.training.samplers) on the run's seed: one train message to each "
+            "selection": "the plan's sampler (metadp.training.data.samplers) on the run's seed: one train message to each "
                          "drawn client and to no other",
             "dropouts": "a selected client that failed, timed out or sent an invalid update counted as a zero update: "
                         "the sum's sensitivity and the sampling event are unchanged, the noise was added and the step "
@@ -369,7 +373,7 @@ def _quiet():
 def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, timeout: float = 600.0,
                outcome: Optional[Dict[str, Any]] = None, **train_options) -> ServerApp:
     """The ServerApp of a run of ``plan``: waits for its population of clients, checks their partition-ids,
-    then runs ``metadp.training.trainer.train(model, Population(N), None, config, out_dir, plan=plan,
+    then runs ``metadp.training.run.trainer.train(model, Population(N), None, config, out_dir, plan=plan,
     engine=<its DpFedMetaStrategy>, **train_options)`` (``resume``, ``progress``, ``setup``, ...).
 
     For a deployment, pass ``resume=True``: a restarted server then continues the run in ``out_dir``
@@ -403,7 +407,7 @@ def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, ti
 def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load_task: Callable[[int], ClientTask],
              progress=None, resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
              warn=None, timeout: float = 600.0, backend_config: Optional[dict] = None) -> TrainResult:
-    """Runs ``plan`` (``metadp.training.plan_run``) as a Flower simulation on this machine: :func:`server_app`
+    """Runs ``plan`` (``metadp.training.run.plan_run``) as a Flower simulation on this machine: :func:`server_app`
     and :func:`client_app` with one virtual SuperNode per task of the population (``partition-id`` 0..N-1),
     ``load_task(partition_id)`` giving each client its task. The run folder, ledgers, checkpoints, resume
     and report are the local engine's, with ``"engine": "flower"`` and the clients' record in the report.

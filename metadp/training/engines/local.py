@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from metadp.training import functional as F
+from metadp.training.algorithms import functional as F
 
 __all__ = ["LocalEngine", "LOCAL", "clip_or_measure"]
 

@@ -38,7 +38,7 @@ How each event is derived (C: clipping threshold, z: noise multiplier of the rel
   examples per task: a query appearance moves the outer sum by C (1 / z); a support appearance costs
   the S inner Gaussians (sqrt(S) / z_in) and, with **second-order** meta-gradients only, also moves each
   of the task's m_q clipped query gradients by up to 2 C (the inner update's Jacobian holds the
-  record's Hessian without noise; ``metadp.training.private_steps``). With K_s support and K_q
+  record's Hessian without noise; ``metadp.training.algorithms.private_steps``). With K_s support and K_q
   query appearances (K_s + K_q = J) the squared shift K_s a + (b K_s + K_q)^2 / z^2 is at most
   J^2 s^2 with s^2 = max(S / z_in^2, 1 / z^2) (first order) or S / z_in^2 + (2 m_q / z)^2 (second).
   One pass: the k appearances may share a step, ``Gaussian(1 / (k s))`` per pass.

@@ -18,7 +18,7 @@ EpisodicSampler        indices per level         EpisodicSampled(L, P_U, r, inne
 
 Exactness. Uniforms are float64 (53 random bits), so a Poisson inclusion probability is within 2^-53
 of q and a uniform choice among j items within about 2^-53 of 1/j: far below anything an accountant
-resolves. Subsets are drawn by ``metadp.training.subsets`` (Floyd's algorithm or uniform keys), which
+resolves. Subsets are drawn by ``metadp.training.data.subsets`` (Floyd's algorithm or uniform keys), which
 gives every k-subset, in every order, the same probability.
 
 Randomness. ``torch.Generator`` is a pseudo-random generator (Mersenne Twister on CPU, Philox on
@@ -40,7 +40,7 @@ from metadp.core.validation import check_count, check_probability
 from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
 from metadp.sampling import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
-from metadp.training.subsets import random_subsets, uniform as _uniform
+from metadp.training.data.subsets import random_subsets, uniform as _uniform
 
 __all__ = ["sampler_for", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "ShuffleSampler", "EverySampler",
            "EpisodicSampler", "Episodes", "random_subsets"]

@@ -1,4 +1,4 @@
-"""Checks of ``metadp train``'s flags, before anything is loaded or written (``metadp.training.command``).
+"""Checks of ``metadp train``'s flags, before anything is loaded or written (``metadp.training.run.command``).
 
 Every flag either takes effect or is refused: a flag given to an algorithm (or data set) that does not
 read it is an error naming the flag, never silently dropped. Flags whose default depends on the
@@ -12,10 +12,11 @@ import importlib.util
 import math
 
 from metadp.sampling import of_lot
-from metadp.training.clipping import clip_rule
-from metadp.training import algorithms, datasets
-from metadp.training.federated import flower_refusal
-from metadp.training.plan_command import PLAN_FLAGS, flags_plan_refusal
+from metadp.training.algorithms.clipping import clip_rule
+from metadp.training import algorithms
+from metadp.training.data import datasets
+from metadp.training.engines.federated import flower_refusal
+from metadp.training.run.plan_command import PLAN_FLAGS, flags_plan_refusal
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
 
@@ -149,7 +150,7 @@ def check_train_args(args) -> None:
         _check_readers(args)
         if getattr(args, "engine", None) == "flower" and not plan:
             raise ValueError(flower_refusal(algorithms.get(algorithm), None))
-        if plan:  # the plan decides its flags' values (metadp.training.plan_command checks them against it)
+        if plan:  # the plan decides its flags' values (metadp.training.run.plan_command checks them against it)
             if args.resume_changed and not args.resume:
                 raise ValueError("--resume-changed applies with --resume (it lets a resumed run change its settings)")
         else:

@@ -1,7 +1,7 @@
 """The functional core of the private meta-learners: adaptation, per-task and per-example gradients,
 clipping and the noisy sum, all on dicts of parameter tensors (``torch.func``).
 
-A model is an ``nn.Module`` without buffers (``metadp.training.models``); its parameters travel as a
+A model is an ``nn.Module`` without buffers (``metadp.training.algorithms.models``); its parameters travel as a
 dict ``name -> tensor`` and the module is only ever called through ``functional_call``. Gradients per
 task (MAML, Reptile) and per example (DP-SGD inside a task, sample-level DP-MAML) come from
 ``torch.func.vmap`` over ``torch.func.grad``: one vectorised call, never a Python loop of backward

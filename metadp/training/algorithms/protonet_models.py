@@ -1,4 +1,4 @@
-"""The networks and losses of ``metadp.training.protonet``: a DnCNN-style residual denoiser, the
+"""The networks and losses of ``metadp.training.algorithms.protonet``: a DnCNN-style residual denoiser, the
 prototypical network on Conv-4 embeddings (Snell, Swersky & Zemel 2017, arXiv:1703.05175), its loss and
 the denoising loss (privacy-enhanced few-shot paper, Sec. IV, Eqs. 6-7)."""
 
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from metadp.core.validation import check_count
-from metadp.training.models import Conv4
+from metadp.training.algorithms.models import Conv4
 
 __all__ = ["Denoiser", "ProtoNet", "prototypical_loss", "denoising_loss"]
 

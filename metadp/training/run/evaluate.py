@@ -13,8 +13,8 @@ from typing import Sequence
 
 import torch
 
-from metadp.training import functional as F
-from metadp.training.tasks import SinusoidPool
+from metadp.training.algorithms import functional as F
+from metadp.training.data.tasks import SinusoidPool
 
 __all__ = ["Score", "evaluate_tasks", "evaluate_sinusoid", "evaluate_one_shot_runs"]
 

@@ -1,4 +1,4 @@
-"""What each registered data set (``metadp.training.datasets``) builds for ``metadp train``: the model,
+"""What each registered data set (``metadp.training.data.datasets``) builds for ``metadp train``: the model,
 the task pool, the loss and the default inner learning rate (``*_setup``), the held-out evaluation
 (``*_evaluate``), protonet's class split (``*_split``) and the data folder check (``*_check``)."""
 
@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from metadp.training import data, evaluate, models, tasks
-from metadp.training.protonet import HELD_OUT_ALPHABETS, split_by_alphabet
+from metadp.training.data import sources as data
+
+from metadp.training.run import evaluate
+
+from metadp.training.algorithms import models
+
+from metadp.training.data import tasks
+from metadp.training.algorithms.protonet import HELD_OUT_ALPHABETS, split_by_alphabet
 
 __all__ = ["resolve"]
 
@@ -94,5 +100,5 @@ def resolve(name: str):
     """The function ``name`` of this module (a ``DataSet`` field)."""
     found = globals().get(name)
     if not callable(found) or name.startswith("_") or name == "resolve":
-        raise ValueError(f"no data set function {name!r} in metadp.training.data_setups")
+        raise ValueError(f"no data set function {name!r} in metadp.training.data.setups")
     return found

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from metadp.training.images import (ImagePool, OneShotRun, _check_size, _decode, _decode_files, _select_per_class,
+from metadp.training.data.images import (ImagePool, OneShotRun, _check_size, _decode, _decode_files, _select_per_class,
                                     _to_float)
 
 __all__ = ["data_dir", "check_omniglot_folder", "load_omniglot_background", "load_one_shot_runs", "DATA_ENV_VAR",

@@ -3,7 +3,7 @@ type, one report schema): the guarantee of the unit whose budget stops the run a
 other view in ``other_units``, each a :class:`metadp.sampling.Guarantee` certified from its own ledger.
 
 The run's own record (algorithm, every view with its charges, the realised sampling, clipping) is added
-by ``metadp.training.run_state`` beside these keys. A non-private run has the same keys, with no epsilon
+by ``metadp.training.run.state`` beside these keys. A non-private run has the same keys, with no epsilon
 (``bound`` "none"). The sampling scheme's plan warnings (e.g. "Poisson sampling is assumed: if the trainer
 uses fixed-size batches ...") are not repeated: here the trainer itself executed the scheme.
 """

@@ -1,5 +1,5 @@
 """The state of one training run: its sampler, privacy views and their ledgers, budget schedule,
-clipping policy and record visits (``_Run``, driven by ``metadp.training.trainer.train``), and what
+clipping policy and record visits (``_Run``, driven by ``metadp.training.run.trainer.train``), and what
 depends only on the configuration and the pool: the sampling, the views and noise calibration.
 """
 
@@ -18,14 +18,14 @@ from metadp.accounting.ledger import Ledger
 from metadp.core import events as ev
 from metadp.sampling import Sampling, of_lot
 from metadp.training import algorithms
-from metadp.training.budget import budget_schedule
-from metadp.training.clipping import ClipPolicy, clip_rule
-from metadp.training.config import TrainConfig
-from metadp.training.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
-from metadp.training.report import run_report, view_entry
-from metadp.training.run_ledgers import ViewLedgers
-from metadp.training.samplers import EpisodicSampler, sampler_for
-from metadp.training.tasks import FreshEpisodes
+from metadp.training.run.budget import budget_schedule
+from metadp.training.algorithms.clipping import ClipPolicy, clip_rule
+from metadp.training.run.config import TrainConfig
+from metadp.training.run.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
+from metadp.training.run.report import run_report, view_entry
+from metadp.training.run.ledgers import ViewLedgers
+from metadp.training.data.samplers import EpisodicSampler, sampler_for
+from metadp.training.data.tasks import FreshEpisodes
 
 __all__ = ["stream_seed", "run_views", "calibrate"]
 
@@ -99,7 +99,7 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
 
 def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[Sampling] = None,
               multiplicity: Optional[int] = None):
-    """The privacy views of ``c`` on ``pool`` (``metadp.training.privacy.views``) and the sampling plan.
+    """The privacy views of ``c`` on ``pool`` (``metadp.training.algorithms.privacy.views``) and the sampling plan.
 
     ``plan`` and ``multiplicity`` (the pool's ``record_multiplicity()``) depend on the pool and the
     sampling only: callers that ask for many configurations of one pool pass them in once.

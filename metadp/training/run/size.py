@@ -20,7 +20,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from metadp.training import datasets
+from metadp.training.data import datasets
 
 __all__ = ["LIMIT_HOURS", "PROGRESS_SECONDS", "RunSize", "estimate_run", "check_run_size", "plan_run_size"]
 

@@ -1,18 +1,18 @@
 """``metadp train``: MAML, Reptile and their private forms on sinusoid, synthetic glyphs or Omniglot, and
-prototypical networks on obfuscated images (``protonet``, ``metadp.training.protonet``).
+prototypical networks on obfuscated images (``protonet``, ``metadp.training.algorithms.protonet``).
 
     metadp train dp-maml --data sinusoid --epsilon 1 --delta 1e-5 --steps 2000 --out runs/sin
     metadp train dp-reptile --data glyphs --epsilon 4 --inner-steps 3 --out runs/rep
     metadp train maml --data omniglot --steps 500 --out runs/omni
 
 With ``--epsilon`` and no noise given, the noise is calibrated so that the asked steps fit the budget
-of ``--unit`` (certified, PLD; ``metadp.training.trainer.calibrate``); with a noise given, the run stops
+of ``--unit`` (certified, PLD; ``metadp.training.run.trainer.calibrate``); with a noise given, the run stops
 at the last step within the budget. The run writes one ``ledger-<view>.jsonl`` per guarantee,
 ``checkpoint.pt``, ``metrics.jsonl``, ``privacy_report.json`` (every view's epsilon), ``evaluation.json``
 and ``run.json`` (its settings) into ``--out``; ``--resume`` continues a killed or interrupted run without
 forgetting spent budget, and refuses changed settings unless ``--resume-changed``.
 
-Bad input (``metadp.training.arguments``: flags; the data folder; the output folder) is refused with one
+Bad input (``metadp.training.run.arguments``: flags; the data folder; the output folder) is refused with one
 line before anything is loaded or written; a flag that would not take effect is refused, never dropped.
 Ctrl-C stops with one line and status 130 (``trainer.TrainingInterrupted``).
 
@@ -22,7 +22,7 @@ optional jointly trained denoiser and writes ``metrics.jsonl``, ``model.pt``, ``
 
 
 Needs torch: ``metadp.cli`` loads this module only when ``metadp train`` runs (the flags are in the
-torch-free ``metadp.training.parser``).
+torch-free ``metadp.training.run.parser``).
 """
 
 from __future__ import annotations
@@ -37,18 +37,21 @@ import torch
 from tqdm import tqdm
 
 from metadp.report import format_upper
-from metadp.training.clipping import clip_rule
-from metadp.training import algorithms, data_setups, datasets, run_folder
-from metadp.training.arguments import check_device, check_train_args
+from metadp.training.algorithms.clipping import clip_rule
+from metadp.training import algorithms
+from metadp.training.data import setups as data_setups
+from metadp.training.data import datasets
+from metadp.training.run import folder as run_folder
+from metadp.training.run.arguments import check_device, check_train_args
 from metadp.training.engines import flower as flower_engine
-from metadp.training.federated import flower_refusal
-from metadp.training.parser import CLI_OBFUSCATIONS
+from metadp.training.engines.federated import flower_refusal
+from metadp.training.run.parser import CLI_OBFUSCATIONS
 from metadp.plan import check_plan_certifies
-from metadp.training.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
-from metadp.training.plan_run import fresh_episodes, plan_settings
-from metadp.training.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
-from metadp.training.run_size import check_run_size, estimate_run, plan_run_size, say_estimate
-from metadp.training.trainer import TrainConfig, stream_seed, calibrate, train
+from metadp.training.run.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
+from metadp.training.run.plan_run import fresh_episodes, plan_settings
+from metadp.training.algorithms.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
+from metadp.training.run.size import check_run_size, estimate_run, plan_run_size, say_estimate
+from metadp.training.run.trainer import TrainConfig, stream_seed, calibrate, train
 
 __all__ = ["run_train"]
 
@@ -200,7 +203,7 @@ def _stored_noise(args, private: bool):
 
 
 def _run_plan(args) -> None:
-    """``metadp train ALGO --plan FILE`` (``metadp.training.plan_run``)."""
+    """``metadp train ALGO --plan FILE`` (``metadp.training.run.plan_run``)."""
     alg = algorithms.get(args.algorithm)
     plan, table, long = _prepared_plan(args, alg)
     model, source, loss_fn, inner_lr = _setup(args)
@@ -219,7 +222,7 @@ def _run_plan(args) -> None:
         def progress(step, loss, spent):
             bar.show(step, {"loss": f"{loss:.3f}"})
 
-        if args.engine == "flower":  # metadp.training.federated checked that Flower is installed
+        if args.engine == "flower":  # metadp.training.engines.federated checked that Flower is installed
             setup["--engine"] = "flower"
             clients = flower_engine.SimulatedTasks(args.data, args.pool, args.seed, data_dir=_folder(args.data_dir),
                                                    rotations=args.rotations, norm=args.norm)

@@ -1,7 +1,7 @@
 """The data sets ``metadp train --data`` offers, as one registry the flags, the checks and the command read.
 
 Each ``DataSet`` says what it is (regression or images, read from a local folder or generated) and
-names its functions in ``metadp.training.data_setups`` (torch): ``setup`` (model, task pool, loss,
+names its functions in ``metadp.training.data.setups`` (torch): ``setup`` (model, task pool, loss,
 default inner learning rate), ``evaluate`` (held-out score), ``split`` (training and held-out image
 classes for ``protonet``; image data sets only) and ``check`` (the data folder, refused before
 anything is loaded or written; local data only). No torch here: ``metadp train --help`` lists the

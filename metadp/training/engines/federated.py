@@ -16,7 +16,7 @@ from typing import Optional
 
 from metadp.plan import Plan
 from metadp.training.algorithms import Algorithm
-from metadp.training.plan_run import fresh_episodes, plan_algorithm_refusal
+from metadp.training.run.plan_run import fresh_episodes, plan_algorithm_refusal
 
 __all__ = ["ENGINES", "INSTALL_HINT", "flower_refusal", "flower_installed"]
 

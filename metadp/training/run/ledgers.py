@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from metadp.accounting.ledger import Ledger
-from metadp.training.config import TrainConfig
+from metadp.training.run.config import TrainConfig
 
 __all__ = ["ViewLedgers", "json_safe"]
 

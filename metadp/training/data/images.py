@@ -1,5 +1,5 @@
 """Image pools for the trainers: the ``ImagePool`` and ``OneShotRun`` types, decoding, synthetic glyphs,
-and loaders for CIFAR-FS style folders and Mini-ImageNet csv splits (``metadp.training.data``).
+and loaders for CIFAR-FS style folders and Mini-ImageNet csv splits (``metadp.training.data.sources``).
 
 Images come back as an ``ImagePool``: a float32 tensor ``[n_classes, n_per_class, C, H, W]`` with
 values in [0, 1]. Every resize uses PIL's LANCZOS filter on 8-bit grey or RGB images, as in the

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from metadp.training import functional as F
-from metadp.training import private_steps as P
+from metadp.training.algorithms import functional as F
+from metadp.training.algorithms import private_steps as P
 
 __all__ = ["meta_gradients", "reptile_updates", "dp_reptile_updates", "query_sums", "query_sums_given", "resolve"]
 _NAMED = ("meta_gradients", "reptile_updates", "dp_reptile_updates", "query_sums")  # an algorithm's contribution

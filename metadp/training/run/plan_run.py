@@ -33,7 +33,7 @@ from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import Episodic, Guarantee
 from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
-from metadp.training.report import run_report, view_entry
+from metadp.training.run.report import run_report, view_entry
 
 __all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "plan_views", "plan_report", "fresh_episodes",
            "plan_run_report", "PLAN_ALGORITHMS"]

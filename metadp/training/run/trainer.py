@@ -21,7 +21,7 @@ dp-agrlr            dp-fedmeta.txt Alg. 2-3: each client runs the sample-level D
                     computation and adds its own noise; the server as in dp-agr           the sum
 ==================  ==================================================================  ======================
 
-The privacy of a run is a set of *views* (``metadp.training.privacy``): task or client, record, and
+The privacy of a run is a set of *views* (``metadp.training.algorithms.privacy``): task or client, record, and
 record against the party that sees the clients' updates. Before step 1 the chosen view (``unit``)
 gives the schedule: the last step within the budget (per step, per pass, or the visit cap per
 record); the loop stops there. Every release is appended to each view's hash-chained ledger
@@ -32,7 +32,7 @@ when the checkpoint is lost), and never resets spent budget. At the end ``privac
 every view's certified epsilon from its ledger (PLD; RDP for fixed-size batches, which PLD has no
 dominating pair for).
 
-The run folder (``metadp.training.run_folder``): ``run.json`` keeps the configuration, and a resumed
+The run folder (``metadp.training.run.folder``): ``run.json`` keeps the configuration, and a resumed
 run must match it; one run writes at a time (a lock); every refusal comes before anything is written.
 
 Samplers: Poisson over the fixed pool of tasks (static shapes: the sampled rows padded, pads
@@ -60,14 +60,14 @@ import torch
 
 from metadp.accounting.adaptive_clipping import sum_noise_multiplier
 from metadp.report import format_upper
-from metadp.training import functional as F
-from metadp.training import run_folder
-from metadp.training.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
-from metadp.training.contributions import resolve as contribution_of
-from metadp.training.clipping import clip_rule
+from metadp.training.algorithms import functional as F
+from metadp.training.run import folder as run_folder
+from metadp.training.run.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
+from metadp.training.algorithms.contributions import resolve as contribution_of
+from metadp.training.algorithms.clipping import clip_rule
 from metadp.training.engines.local import LOCAL
-from metadp.training.run_ledgers import json_safe
-from metadp.training.run_state import _Run, calibrate, run_views, stream_seed
+from metadp.training.run.ledgers import json_safe
+from metadp.training.run.state import _Run, calibrate, run_views, stream_seed
 
 __all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
            "SAMPLERS", "ResumeWarning", "TrainingInterrupted"]
@@ -156,10 +156,10 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
 
     ``out_dir`` receives ``run.json`` (the configuration and ``setup``), one ``ledger-<view>.jsonl`` per
     privacy view, ``checkpoint.pt``, ``metrics.jsonl`` and, at the end, ``privacy_report.json``
-    (``metadp.training.run_folder``). ``progress(step, loss, epsilon)`` is called after each step with
+    (``metadp.training.run.folder``). ``progress(step, loss, epsilon)`` is called after each step with
     the budget view's certified epsilon so far.
 
-    ``plan``: a ``metadp.plan.Plan`` the run executes (``metadp.training.plan_run``): its sampler and
+    ``plan``: a ``metadp.plan.Plan`` the run executes (``metadp.training.run.plan_run``): its sampler and
     guarantees replace the configuration's; ``pool`` is then the plan's task pool (``population`` tasks)
     or, for fresh episodes, the image tensor [classes, per_class, C, H, W]; ``config`` carries the plan's
     settings (``plan_run.plan_settings``) and the model and optimiser settings.

@@ -4,7 +4,7 @@ Small subsets of large populations are drawn by Floyd's algorithm (Bentley & Flo
 brilliance", CACM 30(9)): k draws per subset whatever the population, then a uniform shuffle of the k
 positions; others by the k largest of n uniform keys. Both give every k-subset, in every order, the
 same probability. Uniforms are float64 (53 random bits), so a uniform choice among j items is within
-about 2^-53 of 1/j. Used by the samplers (``metadp.training.samplers``) and the episode draws.
+about 2^-53 of 1/j. Used by the samplers (``metadp.training.data.samplers``) and the episode draws.
 """
 
 from __future__ import annotations

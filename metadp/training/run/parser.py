@@ -1,13 +1,14 @@
 """The flags of ``metadp train`` (argparse only: no torch, so ``metadp --help`` and every other command
-work without it). The checks that need no data are in ``metadp.training.arguments``; the run itself
-is ``metadp.training.command`` (torch)."""
+work without it). The checks that need no data are in ``metadp.training.run.arguments``; the run itself
+is ``metadp.training.run.command`` (torch)."""
 
 from __future__ import annotations
 
 from metadp.sampling import RUN_SCHEMES
-from metadp.training import algorithms, datasets
-from metadp.training.clipping import POLICIES
-from metadp.training.federated import ENGINES
+from metadp.training import algorithms
+from metadp.training.data import datasets
+from metadp.training.algorithms.clipping import POLICIES
+from metadp.training.engines.federated import ENGINES
 
 __all__ = ["add_train_parser", "CLI_OBFUSCATIONS"]
 

@@ -1,11 +1,11 @@
 """The training algorithms as types: one registry the loop, the flags, the command and the docs read.
 
 Each algorithm is an instance of a *family* class that says what it computes and what it guarantees:
-its per-task contribution (``contribution``: a function of ``metadp.training.contributions``, or any
+its per-task contribution (``contribution``: a function of ``metadp.training.algorithms.contributions``, or any
 callable with that signature), the noise on the released sum (:meth:`Algorithm.release_std`), the
 update (``optimizer``, ``update_sign``, :meth:`Algorithm.update_scale`), its default unit and sampler,
 which flags it reads, and its privacy views (:meth:`Algorithm.views`, built from
-``metadp.training.privacy``). No torch here: ``metadp train --help`` lists the registry without it.
+``metadp.training.algorithms.privacy``). No torch here: ``metadp train --help`` lists the registry without it.
 
 =================  ==============  ======================================================================
 family             algorithms      a step
@@ -18,7 +18,7 @@ family             algorithms      a step
 ``Reptile``        reptile,        per-task SGD updates averaged, SGD on them; private: full-batch DP-SGD
                    dp-reptile      inside each task (dp-meta-learning-task-global.txt Alg. 1)
 ``Prototypical``   protonet        prototypical network on obfuscated images (its own loop,
-                                   ``metadp.training.protonet``)
+                                   ``metadp.training.algorithms.protonet``)
 =================  ==============  ======================================================================
 
 Adding an algorithm: an instance of a family (or a new subclass of :class:`Algorithm`) passed to
@@ -33,7 +33,7 @@ from typing import Callable, Optional, Tuple, Union
 
 from metadp.core import events as ev
 from metadp.sampling import Guarantee, Sampling
-from metadp.training.privacy import REFS, _central, _central_record, _central_task_record
+from metadp.training.algorithms.privacy import REFS, _central, _central_record, _central_task_record
 from metadp.training.registry import Registry
 
 __all__ = ["Algorithm", "MetaGradient", "SampleLevel", "Reptile", "Prototypical", "REGISTRY", "register", "get",
@@ -50,7 +50,7 @@ class Algorithm:
         name: the name on the command line and in ``TrainConfig.algorithm``.
         description: one line for ``metadp train --help``.
         private: releases only noisy aggregates and has privacy views.
-        meta_loop: runs in ``metadp.training.trainer``'s loop on a task pool (False: its own loop).
+        meta_loop: runs in ``metadp.training.run.trainer``'s loop on a task pool (False: its own loop).
         central_clip: clips each task's contribution and adds noise to the sum (clip policies adapt it).
         central_noise: the released sum carries central noise z C (False: only the inner loop's).
         inner_dp: per-example clipping and noise inside each task (``inner_clip``, ``inner_noise``).
@@ -62,7 +62,7 @@ class Algorithm:
         default_outer_lr: its learning rate unless given.
         update_sign: +1 descends the averaged update; -1 moves towards it (Reptile).
         batch: the pool method giving its tasks, "batch" (support/query) or "joint_batch".
-        contribution: per-task contribution, a function name in ``metadp.training.contributions`` or a
+        contribution: per-task contribution, a function name in ``metadp.training.algorithms.contributions`` or a
             callable ``f(algorithm, model, params, pool, rows, loss_fn, config, noise_gen)``.
         private_form: for a non-private algorithm, the private one to suggest.
     """
@@ -139,7 +139,7 @@ class Algorithm:
     # -- privacy ---------------------------------------------------------------------------------
     def views(self, plan: Sampling, *, noise: float, inner_noise: float, inner_steps: int, query_per_task: int,
               record_multiplicity: int, first_order: bool) -> Tuple[Guarantee, ...]:
-        """The guarantees of one run, the default unit's first (``metadp.training.privacy``)."""
+        """The guarantees of one run, the default unit's first (``metadp.training.algorithms.privacy``)."""
         if not self.private:
             return ()
         return central_views(plan, noise, record_multiplicity, self.party)
@@ -258,7 +258,7 @@ class Reptile(Algorithm):
 
 @dataclasses.dataclass(frozen=True)
 class Prototypical(Algorithm):
-    """Prototypical networks on obfuscated images (``metadp.training.protonet``, its own loop)."""
+    """Prototypical networks on obfuscated images (``metadp.training.algorithms.protonet``, its own loop)."""
 
     private: bool = False
     meta_loop: bool = False
@@ -281,7 +281,7 @@ def names(*, meta_loop: Optional[bool] = None, **where) -> Tuple[str, ...]:
 def views(algorithm: str, plan: Sampling, *, noise: float, inner_noise: float = math.inf, inner_steps: int = 1,
           query_per_task: int = 1, record_multiplicity: int = 1, first_order: bool = True,
           private_clipping: bool = True) -> Tuple[Guarantee, ...]:
-    """The guarantees of one run of the registered ``algorithm`` (``metadp.training.privacy``), the first
+    """The guarantees of one run of the registered ``algorithm`` (``metadp.training.algorithms.privacy``), the first
     the default budget unit's.
 
     Args:

@@ -41,8 +41,8 @@ from metadp.accounting.certify import certify
 from metadp.mechanisms import obfuscation as obfuscations
 from metadp.mechanisms.dp_pix import dp_pix, dp_pix_event
 from metadp.report import Report, no_guarantee
-from metadp.training.evaluate import Score
-from metadp.training.protonet_models import Denoiser, ProtoNet, denoising_loss, prototypical_loss
+from metadp.training.run.evaluate import Score
+from metadp.training.algorithms.protonet_models import Denoiser, ProtoNet, denoising_loss, prototypical_loss
 
 __all__ = ["OBFUSCATIONS", "ProtoConfig", "Denoiser", "ProtoNet", "build_model", "prototypical_loss", "denoising_loss",
            "make_obfuscation", "ProtoResult", "ProtoEvaluation", "train_protonet", "evaluate_protonet",

@@ -4,7 +4,7 @@ must match (DESIGN.md sec. 7: resume never forgets spent budget).
 Files of a run in its folder (``--out``):
 
 * ``run.json``: the run's configuration, written when the run starts; ``--resume`` compares the new
-  configuration with it and refuses a changed plan (``metadp.training.trainer``);
+  configuration with it and refuses a changed plan (``metadp.training.run.trainer``);
 * ``run.lock``: the writer's lock (below);
 * ``checkpoint.pt``, ``ledger-<view>.jsonl``, ``metrics.jsonl``, ``privacy_report.json``,
   ``evaluation.json`` (``protonet``: ``model.pt``).

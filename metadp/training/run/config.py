@@ -13,9 +13,9 @@ from typing import Optional
 from metadp.core.validation import check_count, check_delta, check_positive, check_real
 from metadp.sampling import RUN_SCHEMES
 from metadp.training import algorithms
-from metadp.training import functional as F
+from metadp.training.algorithms import functional as F
 from metadp.training.algorithms import Algorithm
-from metadp.training.clipping import clip_rule
+from metadp.training.algorithms.clipping import clip_rule
 
 __all__ = ["TrainConfig", "TrainResult", "ALGORITHMS", "SAMPLERS", "UNITS"]
 
@@ -40,7 +40,7 @@ class TrainConfig:
     noise_multiplier: float = 1.0  # z: noise std z C on the released sum
     inner_clip: float = 1.0  # C_in: per-example threshold inside tasks (dp-maml-sample, dp-agrlr, dp-reptile)
     inner_noise: float = 1.0  # z_in: noise std z_in C_in on each inner sum (and dp-agrlr's local query sum)
-    clip_policy: str = "fixed"  # metadp.training.clipping.POLICIES (per-task clip of dp-maml, dp-agr*)
+    clip_policy: str = "fixed"  # metadp.training.algorithms.clipping.POLICIES (per-task clip of dp-maml, dp-agr*)
     clip_window: int = 64
     clip_percentile: float = 50.0
     clip_target: float = 0.5  # quantile policy: target fraction unclipped

@@ -1,4 +1,4 @@
-"""``metadp train ALGO --plan FILE``: the command side of a plan run (``metadp.training.plan_run``), and
+"""``metadp train ALGO --plan FILE``: the command side of a plan run (``metadp.training.run.plan_run``), and
 ``--save-plan FILE``, which writes the plan a run executes (a plan file's run, with its calibrated noise,
 or the plan the flags describe).
 
@@ -21,9 +21,10 @@ from metadp.accounting.adaptive_clipping import sum_noise_multiplier
 from metadp.plan import Plan, load_plan
 from metadp.plan_solve import calibrate_plan
 from metadp.sampling import RUN_SCHEMES, of_lot
-from metadp.training.clipping import clip_rule
-from metadp.training import algorithms, datasets
-from metadp.training.plan_run import check_plan, fresh_episodes
+from metadp.training.algorithms.clipping import clip_rule
+from metadp.training import algorithms
+from metadp.training.data import datasets
+from metadp.training.run.plan_run import check_plan, fresh_episodes
 
 __all__ = ["load_run_plan", "check_plan_flags", "calibrated", "flags_plan", "flags_plan_refusal", "save_plan", "PLAN_FLAGS"]
 
