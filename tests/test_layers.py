@@ -33,6 +33,7 @@ LAYER = {
     "metadp.sampling": 4,
     "metadp.plan": 5,
     "metadp.units": 5,
+    "metadp.releases": 5,
     "metadp.report": 5,
     "metadp.cite": 5,
     "metadp.plan_plot": 5,

@@ -138,7 +138,7 @@ def test_every_notebook_runs_without_errors(tmp_path):
 def _imports_torch(path: Path) -> bool:
     """A code cell imports torch, or a metadp.training module that needs it (all but the torch-free ones
     below, which tests/training/test_registry.py imports with torch refused), directly."""
-    light = ("metadp.training.run.budget", "metadp.accounting.ledger", "metadp.training.algorithms.privacy",
+    light = ("metadp.training.run.budget", "metadp.accounting.ledger", "metadp.releases",
              "metadp.training.algorithms", "metadp.training.data.datasets", "metadp.training.registry",
              "metadp.training.run.parser")
     for cell in load(path)["cells"]:

@@ -1,6 +1,6 @@
 """A record inside a task of a persistent pool: the task's clipped contribution is replaced, not removed.
 
-Setting (the trainer's per-task clipping, ``metadp.training.algorithms.privacy``). Each step samples every task of
+Setting (the trainer's per-task clipping, ``metadp.releases``). Each step samples every task of
 the pool independently with probability q (Poisson), clips each sampled task's contribution to L2 norm
 C and releases Y = sum_{sampled i} g_i + N(0, sigma^2 I_d), z = sigma / C. Neighbouring data sets differ
 in one record, which sits in one task (k = 1); the task stays in the pool under both, so only its

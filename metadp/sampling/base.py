@@ -74,7 +74,7 @@ class Sampling:
 
     def pooled_record(self, shift: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
         """(charge, event, basis, reason) for a record in ``k`` tasks of a persistent task pool, ``shift``
-        noise standard deviations per appearance (``metadp.training.algorithms.privacy``'s docstring derives it);
+        noise standard deviations per appearance (``metadp.releases``'s docstring derives it);
         event None where no bound is implemented (``reason`` says why)."""
         return self.charge, None, "", (f"no record-level bound is implemented for {self.pooled_words} with "
                                        "records shared between tasks; use Poisson sampling for a record-level "

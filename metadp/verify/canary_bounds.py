@@ -3,7 +3,7 @@ for the audited view, the record bounds metadp can give for the plan, and the po
 predicts for a planted control. No torch here.
 
 Record bounds (the record view of a Poisson-sampled plan whose records each sit in one task, k = 1,
-per-task clipping at C, noise multiplier z; ``metadp.training.algorithms.privacy``, ``metadp.sampling.schemes``):
+per-task clipping at C, noise multiplier z; ``metadp.releases``, ``metadp.sampling.schemes``):
 
 * **pool substitution** (``Poisson.pooled_task_record(z, 1)``: ``PoolSubstitution(q, Gaussian(z))``,
   ``metadp.mechanisms.pooled``): the task stays in the pool and its clipped contribution is replaced

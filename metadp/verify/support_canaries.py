@@ -6,7 +6,7 @@ one noisy DP-SGD step on its support set, theta_i = phi - lr (sum_j clip(g_j(phi
 N(0, (z C)^2). dp-maml.txt accounts a support record by the inner Gaussian alone: the outer sum is
 post-processing of theta_i. That holds with **first-order** meta-gradients. With **second-order** ones
 the outer gradient is J^T grad L_q(theta_i), J = I - lr / n_s sum_j d clip(g_j) / d phi: every support
-record's Hessian reaches the release without noise. metadp charges it (``metadp.training.algorithms.privacy``).
+record's Hessian reaches the release without noise. metadp charges it (``metadp.releases``).
 
 **The claim audited.** A canary is one support record of its host task (data canaries at record level,
 ``metadp.verify.canaries``: slot 0 of a host's support set is the canary record when included and the

@@ -1,7 +1,7 @@
-"""The privacy views of each training algorithm (metadp.training.algorithms.privacy) against events derived by hand.
+"""The privacy views of each training algorithm (metadp.releases) against events derived by hand.
 
 Every expected event below is written out from the derivation in the module docstring of
-``metadp/training/algorithms/privacy.py`` (C the clip, z the central multiplier, z_in the inner one, S inner
+``metadp/releases.py`` (C the clip, z the central multiplier, z_in the inner one, S inner
 steps, m query examples per task, k the record multiplicity, q the Poisson rate):
 
 * task / client, central noise: a clipped task moves the sum by C: ``PoissonSampled(q, Gaussian(z))``,
@@ -40,7 +40,7 @@ from metadp.training.algorithms.models import MLP  # noqa: E402
 from metadp.training import algorithms  # noqa: E402
 from metadp.training.algorithms import views  # noqa: E402
 from metadp.sampling import BallsInBins, FixedSize, Poisson  # noqa: E402
-from metadp.training.algorithms.privacy import _central_record  # noqa: E402
+from metadp.releases import _central_record  # noqa: E402
 from metadp.training.data.tasks import EpisodePool  # noqa: E402
 from metadp.training.run.trainer import TrainConfig, run_views  # noqa: E402
 

@@ -5,7 +5,7 @@ its per-task contribution (``contribution``: a function of ``metadp.training.alg
 callable with that signature), the noise on the released sum (:meth:`Algorithm.release_std`), the
 update (``optimizer``, ``update_sign``, :meth:`Algorithm.update_scale`), its default unit and sampler,
 which flags it reads, and its privacy views (:meth:`Algorithm.views`, built from
-``metadp.training.algorithms.privacy``). No torch here: ``metadp train --help`` lists the registry without it.
+``metadp.releases``). No torch here: ``metadp train --help`` lists the registry without it.
 
 =================  ==============  ======================================================================
 family             algorithms      a step
@@ -31,9 +31,8 @@ import dataclasses
 import math
 from typing import Callable, Optional, Tuple, Union
 
-from metadp.core import events as ev
 from metadp.sampling import Guarantee, Sampling
-from metadp.training.algorithms.privacy import REFS, _central, _central_record, _central_task_record
+from metadp.releases import Release, release_views
 from metadp.training.registry import Registry
 
 __all__ = ["Algorithm", "MetaGradient", "SampleLevel", "Reptile", "Prototypical", "REGISTRY", "register", "get",
@@ -137,24 +136,28 @@ class Algorithm:
         return expected
 
     # -- privacy ---------------------------------------------------------------------------------
+    @property
+    def form(self) -> str:
+        """What each task contributes to a release (``metadp.releases.FORMS``)."""
+        return "task_clip"
+
+    def release(self, *, inner_noise: float = math.inf, inner_steps: int = 1, query_per_task: int = 1,
+                first_order: bool = True) -> Release:
+        """What one step of this algorithm releases (``metadp.releases``; a plan's ``[release]``)."""
+        inner = self.form != "task_clip"
+        queries = self.form in ("example_clip", "local_noise")
+        return Release(self.form, inner_steps if inner else 1, inner_noise if inner else math.inf,
+                       query_per_task if queries else 1, first_order if queries else True)
+
     def views(self, plan: Sampling, *, noise: float, inner_noise: float, inner_steps: int, query_per_task: int,
               record_multiplicity: int, first_order: bool) -> Tuple[Guarantee, ...]:
-        """The guarantees of one run, the default unit's first (``metadp.training.algorithms.privacy``)."""
+        """The guarantees of one run, the default unit's first (``metadp.releases.release_views``)."""
         if not self.private:
             return ()
-        return central_views(plan, noise, record_multiplicity, self.party)
-
-
-def central_views(plan: Sampling, noise: float, k: int, party: str) -> Tuple[Guarantee, Guarantee]:
-    """Task (or client) and record views of a clipped per-task contribution with central noise z."""
-    relation, charge, event, basis = _central(plan, noise)
-    task = Guarantee("task", "task", _EVERYONE, relation, charge, event, basis, f"one {party} (all of its data) added or "
-                "removed")
-    charge, event, basis, reason = _central_task_record(plan, noise, k)
-    record = Guarantee("record", "record", _EVERYONE, "add_remove", charge, event, basis,
-                  reason or f"one record added or removed; it is in at most {k} task(s) of the pool, each of which "
-                            "moves the clipped sum by up to 2C")
-    return task, record
+        release = self.release(inner_noise=inner_noise, inner_steps=inner_steps, query_per_task=query_per_task,
+                               first_order=first_order)
+        found = release_views(release, plan, noise, record_multiplicity, self.party)
+        return tuple(sorted(found, key=lambda g: g.key != self.default_unit))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +182,10 @@ class SampleLevel(Algorithm):
     def units(self) -> Tuple[str, ...]:
         return super().units + (("record-vs-server",) if self.local_noise else ())
 
+    @property
+    def form(self) -> str:
+        return "local_noise" if self.local_noise else "example_clip"
+
     def release_std(self, c, threshold: float, z_sum: float) -> float:
         if self.central_clip or not (c.private and c.bounded):
             return super().release_std(c, threshold, z_sum)
@@ -192,28 +199,6 @@ class SampleLevel(Algorithm):
             return ("noise_multiplier", "inner_noise")
         return super().calibrated_noise(unit)
 
-    def views(self, plan, *, noise, inner_noise, inner_steps, query_per_task, record_multiplicity, first_order):
-        k, S, m = record_multiplicity, inner_steps, query_per_task
-        if self.local_noise:
-            s2 = (max(S, 1) if first_order else S + 4 * m * m) / inner_noise**2
-            server = Guarantee("record-vs-server", "record", "the server, which sees every client's noisy update and "
-                          "knows which clients it sampled", "add_remove", "visit", ev.Gaussian(1.0 / math.sqrt(s2)),
-                          REFS["local"], f"each visit of a client holding the record; in at most {k} client(s)")
-            return central_views(plan, noise, k, self.party) + (server,)
-        relation, charge, event, basis = _central(plan, noise / m)
-        if first_order:
-            s = math.sqrt(max(S / inner_noise**2, 1.0 / noise**2))
-        else:
-            s = math.sqrt(S / inner_noise**2 + (2.0 * m / noise) ** 2)
-        charge_r, event_r, basis_r, reason = _central_record(plan, s, k)
-        order = "first-order" if first_order else ("second-order: a support record also moves its task's query "
-                                                   "gradients through the un-noised inner Jacobian")
-        return (Guarantee("record", "record", _EVERYONE, "add_remove", charge_r, event_r, basis_r,
-                     reason or f"one record added or removed; in at most {k} task(s); {order}"),
-                Guarantee("task", "task", _EVERYONE, relation, charge, event, basis,
-                     f"one task added or removed: its {m} per-example-clipped query gradients move the sum by up to "
-                     f"{m}C"))
-
 
 @dataclasses.dataclass(frozen=True)
 class Reptile(Algorithm):
@@ -226,6 +211,10 @@ class Reptile(Algorithm):
     update_sign: float = -1.0
     batch: str = "joint_batch"
     contribution: Union[str, Callable] = "reptile_updates"
+
+    @property
+    def form(self) -> str:
+        return "inner_dp"
 
     @property
     def reads_first_order(self) -> bool:
@@ -243,17 +232,6 @@ class Reptile(Algorithm):
 
     def charged_per_visit(self, unit: str) -> bool:
         return (self.private and unit == "record") or super().charged_per_visit(unit)
-
-    def views(self, plan, *, noise, inner_noise, inner_steps, query_per_task, record_multiplicity, first_order):
-        if not self.private:
-            return ()
-        S, k = inner_steps, record_multiplicity
-        return (Guarantee("record", "record", "the meta-learner, which sees each task's update (task-global DP, "
-                     "dp-meta-learning-task-global.txt Sec. 2.4), and anyone after it", "add_remove", "visit",
-                     ev.Gaussian(inner_noise / math.sqrt(S)), REFS["local"],
-                     f"full-batch DP-SGD inside each task, {S} step(s) a visit; in at most {k} task(s)"),
-                Guarantee("task", "task", _EVERYONE, "add_remove", "step", None, "",
-                     "no task-level guarantee: each task's update reaches the meta-learner without task-level noise"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +259,7 @@ def names(*, meta_loop: Optional[bool] = None, **where) -> Tuple[str, ...]:
 def views(algorithm: str, plan: Sampling, *, noise: float, inner_noise: float = math.inf, inner_steps: int = 1,
           query_per_task: int = 1, record_multiplicity: int = 1, first_order: bool = True,
           private_clipping: bool = True) -> Tuple[Guarantee, ...]:
-    """The guarantees of one run of the registered ``algorithm`` (``metadp.training.algorithms.privacy``), the first
+    """The guarantees of one run of the registered ``algorithm`` (``metadp.releases``), the first
     the default budget unit's.
 
     Args:

@@ -18,7 +18,7 @@ inner sums: by post-processing a support record costs the inner Gaussians only. 
 meta-gradients the outer gradient d L_q(theta_i(phi)) / d phi multiplies by the Jacobian of the inner
 update, I - lr/n_s sum_j d clip(g_j(phi)) / d phi, which holds every support record's Hessian *without
 noise*: a support record also moves every query gradient of its task (each by up to 2 C_out after
-clipping). dp-maml.txt Alg. 2 does not account for this; ``metadp.training.algorithms.privacy`` charges it.
+clipping). dp-maml.txt Alg. 2 does not account for this; ``metadp.releases`` charges it.
 
 The inner noise is drawn outside the vmapped functions (they run with ``randomness="error"``) from the
 caller's generator, one standard normal tensor per task, inner step and parameter, and scaled inside.

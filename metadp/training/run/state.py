@@ -99,7 +99,7 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
 
 def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[Sampling] = None,
               multiplicity: Optional[int] = None):
-    """The privacy views of ``c`` on ``pool`` (``metadp.training.algorithms.privacy.views``) and the sampling plan.
+    """The privacy views of ``c`` on ``pool`` (``metadp.releases.views``) and the sampling plan.
 
     ``plan`` and ``multiplicity`` (the pool's ``record_multiplicity()``) depend on the pool and the
     sampling only: callers that ask for many configurations of one pool pass them in once.

@@ -21,7 +21,7 @@ dp-agrlr            dp-fedmeta.txt Alg. 2-3: each client runs the sample-level D
                     computation and adds its own noise; the server as in dp-agr           the sum
 ==================  ==================================================================  ======================
 
-The privacy of a run is a set of *views* (``metadp.training.algorithms.privacy``): task or client, record, and
+The privacy of a run is a set of *views* (``metadp.releases``): task or client, record, and
 record against the party that sees the clients' updates. Before step 1 the chosen view (``unit``)
 gives the schedule: the last step within the budget (per step, per pass, or the visit cap per
 record); the loop stops there. Every release is appended to each view's hash-chained ledger
