@@ -24,6 +24,7 @@ from metadp.accounting.certify import accountant_names, certify, supporting
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
+from metadp.releases import Release
 from metadp.report import Report, build_report
 from metadp.units import unit_views
 from metadp.sampling import NOT_IN_PLANS, SCHEMES, Sampling, parse_hierarchy
@@ -32,12 +33,13 @@ from metadp.amplification.multistage import Hierarchy
 __all__ = ["Plan", "SamplingSpec", "NoiseSpec", "load_plan", "loads_plan", "default_plan", "plan_epsilon", "UNITS"]
 
 UNITS = ("record", "task", "group")
-MECHANISMS = ("gaussian", "laplace")
+MECHANISMS = ("gaussian", "laplace", "none")
+CLIPS = ("fixed", "raw_norms", "none")
 CLIPPING = ("per_episode", "per_example")
 _TOP_KEYS = ("name", "description", "unit", "group_size", "relation", "delta", "steps", "epochs", "accountant",
-             "references", "sampling", "noise", "hierarchy", "claim", "record_multiplicity")
-_SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes")
-_NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise")
+             "references", "sampling", "noise", "hierarchy", "claim", "record_multiplicity", "release", "against")
+_SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes", "steps_per_pass")
+_NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise", "clip")
 _CLAIM_KEYS = ("epsilon", "source")
 
 
@@ -84,17 +86,21 @@ class SamplingSpec:
 class NoiseSpec:
     """The mechanism applied to each step's (clipped) sum."""
 
-    mechanism: str  # gaussian | laplace
+    mechanism: str  # gaussian | laplace | none (the released sum carries no central noise)
     multiplier: Optional[float] = None  # gaussian: sigma / clip norm
     scale: Optional[float] = None  # laplace: b / L1 sensitivity
     clipping: str = "per_episode"  # episodes' records: clip each episode's (task's) update, or each example's
     count_noise: Optional[float] = None  # adaptive clipping: noise std of the count of unclipped updates
+    # how the clip is set (None: "fixed", a threshold fixed or computed from released values only); "raw_norms":
+    # thresholds from raw gradient norms; "none": a contribution is not bounded (no clip, or no inner noise)
+    clip: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "NoiseSpec":
         _check_keys(d, _NOISE_KEYS, "noise.")
         mechanism = _choice("noise.mechanism", d.get("mechanism", "gaussian"), MECHANISMS)
         clipping = _choice("noise.clipping", d.get("clipping", "per_episode"), CLIPPING)
+        clip = _choice("noise.clip", d["clip"], CLIPS) if "clip" in d else None
         if mechanism == "gaussian":
             if "scale" in d:
                 raise ValueError("noise.scale applies to the laplace mechanism; use noise.multiplier for gaussian")
@@ -104,16 +110,31 @@ class NoiseSpec:
             if count_noise is not None:
                 count_noise = check_positive("noise.count_noise", count_noise)
             return cls(mechanism, multiplier=check_positive("noise.multiplier", d["multiplier"]), clipping=clipping,
-                       count_noise=count_noise)
+                       count_noise=count_noise, clip=clip)
         if "count_noise" in d:
             raise ValueError("noise.count_noise (adaptive clipping) applies to the gaussian mechanism")
         if "multiplier" in d:
-            raise ValueError("noise.multiplier applies to the gaussian mechanism; use noise.scale for laplace")
+            raise ValueError(f"noise.multiplier applies to the gaussian mechanism, not '{mechanism}'"
+                             + ("; use noise.scale for laplace" if mechanism == "laplace" else ""))
+        if mechanism == "none":
+            if "scale" in d:
+                raise ValueError("noise.scale applies to the laplace mechanism, not 'none'")
+            return cls(mechanism, clip=clip)
+        if clip is not None:
+            raise ValueError("noise.clip applies to the gaussian mechanism's clipped sums")
         if "scale" not in d:
             raise ValueError("noise.scale is required for the laplace mechanism")
         return cls(mechanism, scale=check_positive("noise.scale", d["scale"]))
 
+    @property
+    def private(self) -> bool:
+        """The release can carry a guarantee: noise on a bounded contribution whose clip depends on released
+        values only (a ``release.form = 'inner_dp'`` plan's noise is inside the tasks: ``mechanism = 'none'``)."""
+        return self.clip in (None, "fixed")
+
     def event(self) -> ev.Event:
+        if self.mechanism == "none":
+            return ev.NonPrivate()
         if self.mechanism == "gaussian" and self.count_noise is not None:
             # the noisy sum and the noisy count of unclipped updates on one sample: one Gaussian
             return ev.Gaussian(combined_noise_multiplier(self.multiplier, self.count_noise))
@@ -142,6 +163,9 @@ class Plan:
     # unit = task over a fixed population: each record is in at most this many of its tasks (the record level is
     # then reported beside the task level; a training run's pool declares it, ``metadp train --save-plan``)
     record_multiplicity: Optional[int] = None
+    # what each sampled task contributes (metadp.releases; None: task_clip, each task's contribution clipped)
+    release: Optional[Release] = None
+    against: Optional[str] = None  # "server": the record's guarantee against the server (release.form local_noise)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Plan":
@@ -180,6 +204,11 @@ class Plan:
             if key not in CITATIONS:
                 raise ValueError(f"references contains unknown citation key {key!r}")
         multiplicity = _record_multiplicity(d, unit, sampling, noise, hierarchy)
+        release = _release(d, noise, multiplicity)
+        against = _against(d, unit, release)
+        if release is not None and relation != sampling.relation:
+            raise ValueError(f"relation must be '{sampling.relation}' with release.form = '{release.form}' (the "
+                             "release's guarantees are derived under the scheme's own relation)")
         claim = d.get("claim")
         if claim is not None and not isinstance(claim, Mapping):
             raise ValueError(f"claim must be a table with keys {', '.join(_CLAIM_KEYS)}, got {claim!r}")
@@ -193,13 +222,15 @@ class Plan:
         plan = cls(name=name, unit=unit, relation=relation, delta=delta, steps=steps, sampling=sampling,
                    noise=noise, accountant=accountant, description=str(d.get("description", "")),
                    references=references, claim=dict(claim) if claim else None, group_size=group_size,
-                   hierarchy=hierarchy, record_multiplicity=multiplicity)
+                   hierarchy=hierarchy, record_multiplicity=multiplicity, release=release, against=against)
         plan._check_supported()
         return plan
 
     def _check_supported(self) -> None:
         """Rejects, at load time, a mechanism/sampling combination the accountant cannot analyse."""
         primary = unit_views(self)[0]
+        if not primary.events:  # no guarantee (its report says why): nothing for an accountant to support
+            return
         ok, refused = supporting(primary.events, primary.relation, self.accountant)
         if not ok:
             raise ValueError(f"the {self.accountant} accountant(s) cannot certify this plan (noise.mechanism = "
@@ -250,22 +281,54 @@ def _group_size(d: Mapping, unit: str) -> Optional[int]:
 
 def _record_multiplicity(d: Mapping, unit: str, sampling: Sampling, noise: NoiseSpec,
                          hierarchy: Optional[Hierarchy]) -> Optional[int]:
-    """``record_multiplicity``: in how many tasks of a fixed population one record is at most (unit = task,
-    Gaussian noise on per-task clipped contributions, no [[hierarchy]], which draws fresh episodes instead)."""
+    """``record_multiplicity``: in how many tasks of a fixed population one record is at most (unit = task or
+    record, clipped sums, no [[hierarchy]], which draws fresh episodes instead)."""
     if "record_multiplicity" not in d:
         return None
     k = check_count("record_multiplicity", d["record_multiplicity"], minimum=1, maximum=ev.MAX_COUNT)
-    if unit != "task":
-        raise ValueError("record_multiplicity applies to unit = 'task' (records shared between the tasks of the "
-                         "population; the record level is reported beside the task level)")
+    if unit not in ("task", "record"):
+        raise ValueError("record_multiplicity applies to unit = 'task' or 'record' (records shared between the tasks "
+                         "of the population; both levels are reported)")
     if hierarchy is not None:
         raise ValueError("record_multiplicity describes a fixed pool of tasks; with [[hierarchy]] levels every task "
                          "is a fresh episode and the levels give the record level: give one of them")
-    if noise.mechanism != "gaussian":
+    if noise.mechanism == "laplace":
         raise ValueError("record_multiplicity needs noise.mechanism = 'gaussian' (a clipped sum with Gaussian noise)")
     if getattr(sampling, "population", None) is None:
         raise ValueError("record_multiplicity needs sampling.population (the fixed pool of tasks)")
     return k
+
+
+def _release(d: Mapping, noise: NoiseSpec, multiplicity: Optional[int]) -> Optional[Release]:
+    """``[release]`` (``metadp.releases``): None for the default, each task's contribution clipped (task_clip)."""
+    if "release" not in d:
+        if noise.mechanism == "none" and multiplicity is None:
+            raise ValueError("noise.mechanism = 'none' describes a fixed pool of tasks (give record_multiplicity) "
+                             "whose releases carry no central noise: a baseline, or release.form = 'inner_dp'")
+        return None
+    release = Release.from_table(d["release"], allow_zero_noise=noise.clip == "none")
+    if multiplicity is None:
+        raise ValueError("[release] describes the tasks of a fixed pool: give record_multiplicity (each record is in at "
+                         "most that many tasks)")
+    if release.form == "inner_dp" and noise.mechanism != "none":
+        raise ValueError("release.form = 'inner_dp' adds its noise inside each task and none to the sum: it needs "
+                         "noise.mechanism = 'none'")
+    if noise.count_noise is not None and release.form not in ("task_clip", "local_noise"):
+        raise ValueError(f"noise.count_noise (quantile clipping of each task's contribution) does not apply to "
+                         f"release.form = '{release.form}', which clips each example's gradient")
+    return None if release.form == "task_clip" else release
+
+
+def _against(d: Mapping, unit: str, release: Optional[Release]) -> Optional[str]:
+    """``against = "server"``: the record's guarantee against the server that sees each task's noisy update."""
+    if "against" not in d:
+        return None
+    if d["against"] != "server":
+        raise ValueError(f"against must be 'server' (the party that sees each client's update), got {d['against']!r}")
+    if release is None or release.form != "local_noise" or unit != "record":
+        raise ValueError("against = 'server' applies to unit = 'record' with release.form = 'local_noise' (each client "
+                         "noises its own update, which the server sees)")
+    return "server"
 
 
 def _hierarchy(d: Mapping, sampling: Sampling, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:
@@ -349,7 +412,8 @@ def default_plan() -> Plan:
     return loads_plan(text, origin="<built-in default plan>")
 
 
-def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: Optional[float] = None) -> Report:
+def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: Optional[float] = None,
+                 charges: Optional[Mapping[str, int]] = None) -> Report:
     """Certified (epsilon, delta) of ``plan`` with its assumptions, citations and warnings.
 
     Args:
@@ -359,17 +423,26 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
         max_seconds: the PLD accountant's refinement time budget (``PldAccountant.max_seconds``);
             None: its default. ``math.inf`` refines to the tolerance or the point budget only, so the
             number does not depend on the machine's speed (``metadp calibrate`` reports with it).
+        charges: a run's charges by view key (``Guarantee.key``) where they replace the plan's count: the
+            visits of the worst record that a training run made (at most the plan's a-priori count).
     """
     if not isinstance(plan, Plan):
         raise ValueError(f"plan must be a metadp Plan, got {type(plan).__name__}")
     name = accountant or plan.accountant
     names = accountant_names(name)
     views = unit_views(plan)
+    if charges:
+        views = tuple(dataclasses.replace(v, steps=charges[v.key]) if v.key in charges else v for v in views)
     primary, others = views[0], views[1:]
-    found = certify(primary.events, plan.delta, steps=primary.steps, relation=primary.relation, accountant=names,
-                    max_seconds=max_seconds)
+    found = certify(primary.events or (ev.NonPrivate(),), plan.delta, steps=primary.steps, relation=primary.relation,
+                    accountant=names, max_seconds=max_seconds)
     best = found.tightest
-    own_lower = plan.sampling.epsilon_lower(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.delta)
+    if not primary.events:  # no guarantee: epsilon infinite, and the report says why
+        best = dataclasses.replace(best, notes=tuple(best.notes) + (f"no {primary.key}-level guarantee: "
+                                                                    f"{primary.reason}",))
+    own_lower = None
+    if plan.record_multiplicity is None and primary.events:  # the sampler's own bound is for the plain unit's event
+        own_lower = plan.sampling.epsilon_lower(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.delta)
     if own_lower is not None:
         # the one-pass schemes: a lower bound on the sampler's own epsilon; an accountant's lower end is one for
         # the (looser) event it was given, not for the sampler, so it is replaced

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 from metadp.accounting import calibration
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.plan import Plan
 
-__all__ = ["SOLVABLE", "Solved", "Unreachable", "calibrate_plan"]
+__all__ = ["SOLVABLE", "Solved", "Unreachable", "calibrate_plan", "noise_keys"]
 
 SOLVABLE = ("noise", "steps", "rate")
 
@@ -36,10 +36,29 @@ class Solved:
     plan: Plan
 
 
+def noise_keys(d: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The plan keys that "the noise" of plan ``d`` sets for its own unit's guarantee: ``noise.multiplier`` (the
+    released sum's z), ``release.inner_noise`` (z_in inside each task, for a guarantee charged per visit), or both
+    (sample-level DP-MAML's record: dp-maml.txt Alg. 2 uses one z for both; ``metadp.releases``)."""
+    release = d.get("release")
+    if not isinstance(release, Mapping) or release.get("form", "task_clip") == "task_clip":
+        return ("noise.multiplier",)
+    form = release.get("form")
+    if d.get("against") == "server" or (form == "inner_dp" and d.get("unit") == "record"):
+        return ("release.inner_noise",)
+    if form == "example_clip" and d.get("unit") == "record":
+        return ("noise.multiplier", "release.inner_noise")
+    return ("noise.multiplier",)
+
+
 def _with(d: Mapping[str, Any], *, noise=None, steps=None, rate=None) -> Plan:
     d = copy.deepcopy(dict(d))
     if noise is not None:
-        d["noise"] = dict(d.get("noise", {"mechanism": "gaussian"}), multiplier=noise)
+        keys = noise_keys(d)
+        if "noise.multiplier" in keys:
+            d["noise"] = dict(d.get("noise", {"mechanism": "gaussian"}), multiplier=noise)
+        if "release.inner_noise" in keys:
+            d["release"] = dict(d["release"], inner_noise=noise)
     if steps is not None:
         d["steps"] = steps
     if rate is not None:
@@ -76,10 +95,13 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
     if solve not in SOLVABLE:
         raise ValueError(f"solve must be one of {', '.join(SOLVABLE)}, got {solve!r}")
     if solve == "noise":
+        # the plan's own question at each noise: with accountant = "all", the tightest accountant's bound at that
+        # noise (an accountant that handles only part of the searched range, such as the allocation lattice, still
+        # counts where it does), as the plan's report certifies it
         template = _with(plan_dict, noise=1.0)
-        value = _best(template, lambda name: calibration.calibrate_noise(
+        value = calibration.calibrate_noise(
             lambda z: _with(plan_dict, noise=z).event(), target_epsilon, template.delta, relation=template.relation,
-            accountant=name, progress=progress), min)
+            accountant=template.accountant, progress=progress)
         return Solved(solve, value, _with(plan_dict, noise=value))
     if solve == "steps":
         template = _with(plan_dict, steps=1)

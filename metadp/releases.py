@@ -110,8 +110,9 @@ class Release:
     first_order: bool = True
 
     @classmethod
-    def from_table(cls, d: Mapping[str, Any]) -> "Release":
-        """A plan's ``[release]`` table, validated (every refusal names its key)."""
+    def from_table(cls, d: Mapping[str, Any], *, allow_zero_noise: bool = False) -> "Release":
+        """A plan's ``[release]`` table, validated (every refusal names its key); ``inner_noise = 0`` only where
+        ``allow_zero_noise`` (a plan whose ``noise.clip = 'none'`` says its contributions are not bounded)."""
         if not isinstance(d, Mapping):
             raise ValueError(f"release must be a table, got {d!r}")
         unknown = sorted(set(d) - set(_KEYS))
@@ -135,7 +136,7 @@ class Release:
         if "first_order" in d and form not in _QUERY:
             raise ValueError(f"release.first_order does not apply to release.form = '{form}'")
         return cls(form, check_count("release.inner_steps", d.get("inner_steps", 1), minimum=1),
-                   check_positive("release.inner_noise", d["inner_noise"]) if form in _INNER else math.inf,
+                   _inner_noise(d["inner_noise"], allow_zero_noise) if form in _INNER else math.inf,
                    check_count("release.query_per_task", d.get("query_per_task", 1), minimum=1), first_order)
 
     def to_table(self) -> Optional[Dict[str, Any]]:
@@ -146,6 +147,21 @@ class Release:
         if self.form in _QUERY:
             out.update(query_per_task=self.query_per_task, first_order=self.first_order)
         return out
+
+    def describe(self, z: Optional[float]) -> str:
+        """What each step releases, in words (a report's first assumption); ``z``: the sum's noise multiplier."""
+        inner = f"{self.inner_steps} step(s) of DP-SGD at noise multiplier z_in = {self.inner_noise:g}"
+        central = f"Gaussian noise N(0, (zC)^2 I) with z = {z:g}" if z is not None else "no noise"
+        order = "first-order" if self.first_order else "second-order"
+        return {
+            "task_clip": f"each step releases the sum of per-task contributions, each clipped to L2 norm C, plus {central}",
+            "example_clip": (f"each sampled task runs {inner}, then its {self.query_per_task} query gradients "
+                             f"({order}) are clipped to C each and summed; the step releases the sum plus {central}"),
+            "local_noise": (f"each sampled task (client) runs {inner} and sends its noisy update; the server clips each "
+                            f"to C and releases the sum plus {central} ({order} meta-gradients)"),
+            "inner_dp": (f"each sampled task runs {inner} on all of its data and sends its update; the sum carries no further "
+                         "noise (task-global DP: the meta-learner sees each update)"),
+        }[self.form]
 
     @property
     def central_noise(self) -> bool:
@@ -166,6 +182,12 @@ class Release:
         if self.form == "example_clip" and key == "record":
             return ("noise", "inner_noise")
         return ("noise",)
+
+
+def _inner_noise(value, allow_zero: bool) -> float:
+    if allow_zero and value == 0 and not isinstance(value, bool):
+        return 0.0
+    return check_positive("release.inner_noise", value)
 
 
 def release_views(release: Release, scheme: Sampling, noise: float, k: int,

@@ -134,7 +134,9 @@ class Report:
         if self.event is not None:
             rows.append(("event", self.event))
         else:
-            rows += [("sampling", from_record(self.sampling).text("unit" if self.unit == "group" else self.unit)),
+            sampled = self.sampling.get("units_sampled") or ("unit" if self.unit == "group" else self.unit)
+            rows += [("sampling", from_record({k: v for k, v in self.sampling.items() if k != "units_sampled"})
+                      .text(sampled)),
                      ("noise", _noise_text(self.noise)),
                      ("steps", f"{self.steps:,}")]
         for alt in self.alternatives:
@@ -170,8 +172,10 @@ class Report:
             sampling, noise = _latex_escape(self.event), ""
         else:
             sampling = from_record(self.sampling).latex()
-            noise = (f"$z={self.noise['multiplier']:g}$" if self.noise["mechanism"] == "gaussian"
-                     else f"Laplace $b={self.noise['scale']:g}$")
+            noise = {"gaussian": lambda n: f"$z={n['multiplier']:g}$", "none": lambda n: "none",
+                     "laplace": lambda n: f"Laplace $b={n['scale']:g}$"}[self.noise["mechanism"]](self.noise)
+            if "release" in self.noise:
+                noise += f"; $z_{{in}}={self.noise['release']['inner_noise']:g}$"
         relation = relation_label(self.relation)
         delta = _latex_number(self.delta)
         bound = r"\infty" if math.isinf(self.epsilon) else format_upper(self.epsilon)
@@ -253,8 +257,13 @@ def _relation_text(relation: str, unit: str) -> str:
 
 
 def _noise_text(n: Dict[str, Any]) -> str:
+    inner = ""
+    if "release" in n:
+        inner = f"; inside each task {n['release']['inner_steps']} DP step(s) at z_in = {n['release']['inner_noise']:g}"
+    if n["mechanism"] == "none":
+        return "none on the released sum" + inner
     if n["mechanism"] == "gaussian":
-        return f"Gaussian, noise multiplier {n['multiplier']:g} (sigma = {n['multiplier']:g} x clip norm)"
+        return f"Gaussian, noise multiplier {n['multiplier']:g} (sigma = {n['multiplier']:g} x clip norm)" + inner
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
@@ -288,7 +297,13 @@ def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(
             warnings.append(f"the claimed epsilon {claimed:g} is BELOW the certified upper bound "
                             f"{format_upper(epsilon)}: this analysis does not support the claim")
     sampling = plan.sampling.to_dict()
+    if getattr(plan, "record_multiplicity", None) is not None and plan.unit != "task":
+        sampling["units_sampled"] = "task"
+    if getattr(plan, "against", None) is not None and view is not None:
+        assumptions.insert(0, f"the guarantee holds against {view.adversary}")
     noise = {k: v for k, v in dataclasses.asdict(plan.noise).items() if v is not None}
+    if getattr(plan, "release", None) is not None:
+        noise["release"] = plan.release.to_table()
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
                   sampling=sampling, noise=noise, steps=plan.steps, accountant=certificate.accountant,
                   order=certificate.order if certificate.order is not None else math.nan,
@@ -302,14 +317,22 @@ def _analysis_notes(plan, certificate, view=None, other_units=()):
     """The assumptions, citation keys and warnings that the plan's analysis rests on (the accountant's method's
     own from its ``Certificate``, last)."""
     unit = plan.unit if plan.unit != "group" else "unit"
+    if getattr(plan, "record_multiplicity", None) is not None:
+        unit = "task"  # a fixed pool: tasks are sampled, and a record's guarantee follows from its tasks'
     s = plan.sampling
     assumptions = []
     citations = list(certificate.citations)
     warnings = []
-    if plan.noise.mechanism == "gaussian":
+    release = getattr(plan, "release", None)
+    if release is not None:
+        assumptions.append(release.describe(plan.noise.multiplier))
+    elif plan.noise.mechanism == "gaussian":
         per = s.contributor(unit)
         assumptions.append(f"each step releases the sum of per-{per} contributions, each clipped to L2 norm C, "
                            f"plus Gaussian noise N(0, (zC)^2 I) with z = {plan.noise.multiplier:g}")
+    elif plan.noise.mechanism == "none":
+        assumptions.append(f"each step releases the sum of per-{s.contributor(unit)} contributions with no noise: no "
+                           "guarantee (a non-private baseline with the plan's sampling and steps)")
     else:
         assumptions.append(f"each step releases a query with L1 sensitivity 1 per {unit} plus Laplace noise of "
                            f"scale {plan.noise.scale:g} per coordinate")
@@ -328,8 +351,15 @@ def _analysis_notes(plan, certificate, view=None, other_units=()):
                            "else Mironov's RDP group rule")
         citations.append("mironov2017renyi")
     assumptions.append(f"all {plan.steps:,} steps' outputs may be released; composition is adaptive")
-    assumptions.append("the clipping threshold and noise are fixed in advance or chosen from previously "
-                       "released noisy outputs (never from raw gradient norms)")
+    if plan.noise.clip == "raw_norms":
+        warnings.append("NOT PRIVATE: the clipping thresholds are computed from raw gradient norms (dp-maml.txt Sec. "
+                        "5.2.1), which depend on the data without noise; no unit has a guarantee")
+    elif plan.noise.clip == "none":
+        warnings.append("NOT PRIVATE: a contribution is not bounded (no clipping, or no noise where the release "
+                        "needs it): no unit has a guarantee")
+    else:
+        assumptions.append("the clipping threshold and noise are fixed in advance or chosen from previously "
+                           "released noisy outputs (never from raw gradient norms)")
     assumptions += certificate.assumptions
     if plan.unit == "task" and not any(o["unit"] == "record" for o in other_units):
         warnings.append("task-level guarantee: it protects a whole task or client. A single record that appears "

@@ -24,8 +24,11 @@ sampling scheme builds (``Sampling.guarantees`` in ``metadp.sampling.schemes``):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Tuple
 
+from metadp.core import events as ev
+from metadp.releases import Release, release_views
 from metadp.sampling import Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, top_unit_shift
 
@@ -34,12 +37,65 @@ __all__ = ["parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "
 
 def unit_views(plan) -> Tuple[Guarantee, ...]:
     """Every meaningful unit's view of ``plan``, the plan's own unit first (``primary``); the plan's
-    sampling scheme builds them (``metadp.sampling``). A task-level plan over a fixed pool that declares
-    ``record_multiplicity`` also has the record's view (``pooled_record_view``)."""
+    sampling scheme builds them (``metadp.sampling``). A plan over a fixed pool that declares
+    ``record_multiplicity`` has the task's and the record's views (``pooled_views``)."""
+    if plan.record_multiplicity is not None:
+        return _as_private_as(plan, pooled_views(plan))
     views = plan.sampling.guarantees(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.group_size,
                                      plan.noise.clipping)
-    k = getattr(plan, "record_multiplicity", None)
-    return views if k is None else views + (pooled_record_view(plan.sampling, plan.noise.event(), k, views[0]),)
+    return _as_private_as(plan, views)
+
+
+def pooled_views(plan) -> Tuple[Guarantee, ...]:
+    """The views of a plan over a fixed pool of tasks, each record in at most ``record_multiplicity`` of them:
+    the release's (``metadp.releases``: task, record and, against the server, the record again), each charged
+    as often as the plan's steps charge it, the plan's unit first. A per-visit charge counts the worst record's
+    visits: ``record_multiplicity`` a pass under one-pass sampling, at most that many a step otherwise (a run's
+    ledger counts the visits it made, never more)."""
+    k, scheme, steps = plan.record_multiplicity, plan.sampling, plan.steps
+    release = plan.release or Release()
+    noise = plan.noise.event() if plan.noise.mechanism == "gaussian" else ev.Gaussian(1.0)  # (no noise: see below)
+    if release.form == "task_clip":
+        task = scheme.guarantees("task", plan.relation, noise, steps, None, plan.noise.clipping)[0]
+        views = (dataclasses.replace(task, primary=False), pooled_record_view(scheme, noise, k, task))
+    else:
+        if plan.noise.clip == "none" and release.inner_noise == 0:  # no guarantee at all: events are placeholders
+            release = dataclasses.replace(release, inner_noise=1.0)
+        views = tuple(_counted(v, scheme, steps, k) for v in release_views(release, scheme, noise.noise_multiplier, k))
+    key = "record-vs-server" if plan.against == "server" else plan.unit
+    ordered = sorted(views, key=lambda v: v.key != key)
+    return (dataclasses.replace(ordered[0], primary=True),) + tuple(ordered[1:])
+
+
+def _counted(view: Guarantee, scheme, steps: int, k: int) -> Guarantee:
+    """``view`` with its charges counted over ``steps`` steps of ``scheme`` (module docstring of ``pooled_views``)."""
+    if view.charge == "visit":
+        per = scheme.releases(steps) if scheme.charge == "pass" else steps
+        how = (f"{k} visit(s) of the record's tasks a pass" if scheme.charge == "pass" else
+               f"at most {k} visit(s) a step, an a-priori bound (a run's ledger charges the visits it made)")
+        return dataclasses.replace(view, steps=per * k, reason=f"{view.reason}; {how}")
+    return dataclasses.replace(view, steps=scheme.releases(steps) if view.charge == "pass" else steps)
+
+
+_NOT_PRIVATE = {
+    "raw_norms": "NOT PRIVATE: clipping thresholds computed from raw gradient norms (dp-maml.txt Sec. 5.2.1) "
+                 "depend on the data without noise",
+}
+
+
+def _as_private_as(plan, views: Tuple[Guarantee, ...]) -> Tuple[Guarantee, ...]:
+    """``views`` as the plan's noise leaves them: thresholds from raw norms void every guarantee (event None,
+    the reason said); no central noise (unless the release's noise is inside the tasks) or an unbounded
+    contribution (``noise.clip = 'none'``) makes every release non-private (``NonPrivate``, epsilon infinite)."""
+    noise, release = plan.noise, plan.release
+    if noise.clip == "raw_norms":
+        return tuple(dataclasses.replace(v, event=None, alternatives=(), reason=_NOT_PRIVATE["raw_norms"])
+                     for v in views)
+    inner_only = release is not None and release.form == "inner_dp"
+    if noise.clip == "none" or (noise.mechanism == "none" and not inner_only):
+        return tuple(dataclasses.replace(v, event=ev.NonPrivate(), alternatives=()) if v.event is not None else v
+                     for v in views)
+    return views
 
 
 def pooled_record_view(sampling, inner, k: int, task: Guarantee) -> Guarantee:

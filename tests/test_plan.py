@@ -145,7 +145,7 @@ def test_record_multiplicity_without_a_bound_says_so():
 
 @pytest.mark.parametrize("top, words", [
     ({"record_multiplicity": 0}, "record_multiplicity must be"),
-    ({"record_multiplicity": 2, "unit": "record"}, "record_multiplicity applies to unit = 'task'"),
+    ({"record_multiplicity": 2, "unit": "group", "group_size": 2}, "record_multiplicity applies to unit = 'task' or"),
     ({"record_multiplicity": 2, "noise": {"mechanism": "laplace", "scale": 1.0}}, "needs noise.mechanism"),
     ({"record_multiplicity": 2, "sampling": {"scheme": "poisson", "rate": 0.1}}, "needs sampling.population"),
     ({"record_multiplicity": "3"}, "record_multiplicity"),

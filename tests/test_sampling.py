@@ -215,6 +215,15 @@ def test_a_schemes_plan_table_loads_back_to_it(scheme):
     assert SCHEMES[scheme.scheme].from_table(dict(table)) == scheme
 
 
-def test_a_scheme_without_an_exact_plan_form_has_no_plan_table():
-    assert BallsInBins(42, 10).plan_table() is None  # 42 / 10 steps a pass: no batch_size states it
+def test_a_one_pass_scheme_that_no_batch_size_states_says_its_steps_per_pass():
+    # 42 / 10 steps a pass: no batch_size states it, sampling.steps_per_pass does (issue 29: no plan form before)
+    table = BallsInBins(42, 10).plan_table()
+    assert table == {"scheme": "balls_in_bins", "population": 42, "steps_per_pass": 10}
+    assert BallsInBins.from_table(table) == BallsInBins(42, 10)
+    for bad, words in (({"batch_size": 4}, "goes with sampling.population and instead of"),
+                       ({"steps_per_pass": 43}, "sampling.steps_per_pass must be")):
+        with pytest.raises(ValueError, match=words):
+            BallsInBins.from_table(dict(table, **bad))
+    with pytest.raises(ValueError, match="steps_per_pass applies only to sampling.scheme = 'balls_in_bins'"):
+        Poisson.from_table({"scheme": "poisson", "population": 42, "rate": 0.1, "steps_per_pass": 2})
     assert of_lot("one-pass", 40, 4).plan_table() == {"scheme": "balls_in_bins", "population": 40, "batch_size": 4}

@@ -162,6 +162,8 @@ def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
     """(population, batch_size, rate) of a ``[sampling]`` table, each validated where given."""
     if "episodes" in d:
         raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
+    if "steps_per_pass" in d:
+        raise ValueError("sampling.steps_per_pass applies only to sampling.scheme = 'balls_in_bins'")
     population, batch, rate = d.get("population"), d.get("batch_size"), d.get("rate")
     if population is not None:
         population = check_count("sampling.population", population, minimum=1, maximum=ev.MAX_COUNT)

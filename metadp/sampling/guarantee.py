@@ -89,7 +89,11 @@ class Guarantee:
                                    notes=tuple(notes))
 
     def other_unit(self) -> Dict[str, Any]:
-        """The plan report's ``other_units`` entry (the keys of ``metadp plan --json``)."""
-        return {"unit": self.unit, "relation": self.relation, "epsilon": self.epsilon,
-                "epsilon_lower": self.epsilon_lower, "accountant": self.accountant, "how": self.how,
-                "notes": list(self.notes)}
+        """The plan report's ``other_units`` entry (the keys of ``metadp plan --json``; ``view`` too where the
+        guarantee's key is not its unit, e.g. ``record-vs-server``)."""
+        out = {"unit": self.unit, "relation": self.relation, "epsilon": self.epsilon,
+               "epsilon_lower": self.epsilon_lower, "accountant": self.accountant, "how": self.how,
+               "notes": list(self.notes)}
+        if self.key != self.unit:
+            out["view"] = self.key
+        return out

@@ -102,17 +102,32 @@ class BallsInBins(Sampling):
 
     @classmethod
     def from_table(cls, d: Mapping) -> "BallsInBins":
-        population, batch, rate = _counts(d)
+        """``population`` and ``batch_size`` (which must divide it), or ``population`` and ``steps_per_pass``
+        (the trainer's one-pass sampler over a pool that its lot does not divide: ``metadp train --save-plan``)."""
+        steps = d.get("steps_per_pass")
+        population, batch, rate = _counts({k: v for k, v in d.items() if k != "steps_per_pass"})
         if rate is not None:
             raise ValueError("sampling.rate does not apply to sampling.scheme = 'balls_in_bins': give batch_size "
                              "(the expected batch) and population")
+        if steps is not None:
+            if batch is not None or population is None:
+                raise ValueError("sampling.steps_per_pass goes with sampling.population and instead of "
+                                 "sampling.batch_size for sampling.scheme = 'balls_in_bins'")
+            return cls(population, check_count("sampling.steps_per_pass", steps, minimum=1, maximum=population))
         if batch is None or population is None:
             raise ValueError("sampling.batch_size and sampling.population are required for sampling.scheme = "
                              "'balls_in_bins'")
         if batch == 0 or population % batch:
             raise ValueError(f"sampling.batch_size must divide sampling.population ({population}) for sampling.scheme "
-                             f"= 'balls_in_bins' (population / batch_size steps a pass), got {batch}")
+                             f"= 'balls_in_bins' (population / batch_size steps a pass), got {batch}; or give "
+                             "sampling.steps_per_pass instead")
         return cls(population, population // batch)
+
+    def plan_table(self):
+        """``population`` and ``batch_size`` where the batch divides the population, else ``steps_per_pass``."""
+        if self.population % self.steps_per_pass == 0:
+            return super().plan_table()
+        return {"scheme": self.scheme, "population": self.population, "steps_per_pass": self.steps_per_pass}
 
     def to_dict(self):
         return dict(super().to_dict(), batch_size=self.population // self.steps_per_pass,

@@ -350,7 +350,7 @@ units = 20
 
 @pytest.mark.parametrize("algorithm, plan, flags, words", [
     ("dp-agr", None, ["--noise", "1"], "--engine flower runs plan files: give --plan FILE"),
-    ("dp-agrlr", "poisson", [], "dp-agrlr makes releases a plan file does not describe"),
+    ("dp-agrlr", "poisson", [], "dp-agrlr releases release.form = 'local_noise'"),
     ("dp-agr", "poisson", ["--chunk-size", "2"], "--chunk-size does not apply to --engine flower"),
     ("dp-agr", "episodic", ["--data", "glyphs"], "a client holds one fixed task of the population"),
     ("protonet", None, ["--data", "glyphs"], "--engine do not apply to protonet"),

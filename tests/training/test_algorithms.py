@@ -482,7 +482,7 @@ def test_dp_reptile_one_pass_stops_at_the_last_visit_within_budget(tmp_path):
     assert sum(e.count for e in entries) == cap
     assert all(e.event == per_visit for e in entries)
     report = result.report
-    assert report["max_record_visits"] == cap and report["sampling"]["steps_per_pass"] == 5
+    assert report["max_record_visits"] == cap and report["sampling_run"]["steps_per_pass"] == 5
     # the loop ran every step of the cap passes (each task visited cap times), and stopped in the next pass
     assert 5 * cap <= result.steps_done < 5 * (cap + 1) and report["steps"] == result.steps_done
     assert result.epsilon_spent == pytest.approx(pld_epsilon(per_visit, cap), rel=1e-6)

@@ -260,8 +260,8 @@ def test_a_flag_that_contradicts_the_plan_is_refused(tmp_path, capsys, flags, wo
 
 
 @pytest.mark.parametrize("algorithm, data, edit, words", [
-    ("dp-maml-sample", "sinusoid", {}, "dp-maml-sample makes releases a plan file does not describe"),
-    ("dp-reptile", "sinusoid", {}, "dp-reptile makes releases a plan file does not describe"),
+    ("dp-maml-sample", "sinusoid", {}, "dp-maml-sample releases release.form = 'example_clip'"),
+    ("dp-reptile", "sinusoid", {}, "dp-reptile releases release.form = 'inner_dp'"),
     ("dp-maml", "sinusoid", {"population = 120\nbatch_size = 12": "rate = 0.1"}, "sampling.population is needed"),
     ("dp-maml", "sinusoid", {'mechanism = "gaussian"\nmultiplier = 0.9': 'mechanism = "laplace"\nscale = 1.0',
                              'scheme = "poisson"\npopulation = 120\nbatch_size = 12': 'scheme = "none"\npopulation = 9'},
@@ -383,11 +383,12 @@ def test_a_saved_flag_plan_runs_with_the_flag_runs_views(tmp_path, capsys):
     assert all(v["ledger_matches_plan"] for v in report["views"])
     by_plan = {v["view"]: v for v in report["views"]}
     assert all(set(by_plan[k]) == set(by_flags[k]) for k in by_plan)  # one views shape (issue 29)
-    assert by_flags["task"]["planned_charges"] is None and by_plan["task"]["planned_charges"] == 3
+    # one path (issue 29): the flag run ran the plan it saved, so both are plan runs with the same numbers
+    assert by_flags["task"]["planned_charges"] == by_plan["task"]["planned_charges"] == 3
     assert by_plan["task"]["epsilon"] == report["epsilon"] and by_plan["task"]["guarantee"] == "upper bound"
-    assert report["epsilon"] == pytest.approx(by_flags["task"]["epsilon"], rel=1e-3)
+    assert report["epsilon"] == by_flags["task"]["epsilon"]
     record = next(o for o in report["other_units"] if o["unit"] == "record")
-    assert record["epsilon"] == pytest.approx(by_flags["record"]["epsilon"], rel=1e-3)
+    assert record["epsilon"] == by_flags["record"]["epsilon"]
 
 
 def test_a_pool_whose_records_repeat_more_than_the_plan_says_is_refused(tmp_path, capsys, monkeypatch):
@@ -417,12 +418,19 @@ def test_a_one_pass_flag_run_saves_its_balls_in_bins_plan(tmp_path, capsys):
     assert record["epsilon"] == pytest.approx(views["record"]["epsilon"], rel=1e-9)
 
 
-def test_a_one_pass_run_whose_passes_do_not_cut_the_pool_has_no_plan_form(tmp_path, capsys):
+def test_a_one_pass_run_whose_passes_do_not_cut_the_pool_saves_its_steps_per_pass(tmp_path, capsys):
+    # 42 tasks, about 4 a step: 10 steps a pass, which batch_size cannot state (42 / 10 is no whole batch), so the
+    # plan says sampling.steps_per_pass (it had no plan form before issue 29)
+    saved, out = tmp_path / "p.toml", tmp_path / "run"
     assert main(["train", "dp-agr", "--data", "sinusoid", "--sampler", "one-pass", "--noise", "1.0", "--steps", "3",
-                 "--meta-batch", "4", "--pool", "42", "--save-plan", str(tmp_path / "p.toml"),
-                 "--out", str(tmp_path / "run")]) == 2
-    err = capsys.readouterr().err
-    assert "has no exact plan form" in err and "cut the pool evenly" in err and not (tmp_path / "run").exists()
+                 "--meta-batch", "4", "--pool", "42", "--eval-tasks", "5", "--save-plan", str(saved),
+                 "--out", str(out)]) == 0
+    plan = loads_plan(saved.read_text())
+    assert plan.sampling.scheme == "balls_in_bins" and plan.sampling.population == 42
+    assert plan.sampling.steps_per_pass == 10 and "batch_size" not in saved.read_text()
+    report = json.loads((out / "privacy_report.json").read_text())
+    planned = _plan_json(str(saved), capsys)
+    assert report["epsilon"] == planned["epsilon"] and report["epsilon_lower"] == planned["epsilon_lower"]
 
 
 def test_a_federated_population_runs_a_plan_that_declares_record_multiplicity():

@@ -61,7 +61,7 @@ def test_dp_maml_with_fixed_size_batches_is_accounted_under_substitution(tmp_pat
     assert "task [budget]: epsilon <=" in printed and "(upper bound, PLD)" in printed and "substitute" in printed
     report = json.loads((out / "privacy_report.json").read_text())
     task = next(v for v in report["views"] if v["view"] == "task")
-    assert report["sampling"]["scheme"] == "fixed" and report["sampling"]["batch"] == 5 and report["steps"] == 4
+    assert report["sampling"]["scheme"] == "fixed" and report["sampling_run"]["batch"] == 5 and report["steps"] == 4
     assert task["relation"] == "substitute" and task["accountant"] == "pld" and task["charges"] == 4
     ledger = Ledger.open(out / "ledger-task.jsonl", readonly=True)
     assert ledger.relation == "substitute" and len({e.event for e in ledger.entries}) == 1

@@ -35,9 +35,13 @@ def flower_refusal(alg: Algorithm, plan: Optional[Plan], *, chunk_size=None, dev
     if plan is None:
         return ("--engine flower runs plan files: give --plan FILE (its sampling.population is the number of "
                 "simulated clients)")
-    why = plan_algorithm_refusal(alg)
+    why = plan_algorithm_refusal(alg, plan)
     if why is not None:
         return f"--engine flower: {why}"
+    if alg.private and alg.form != "task_clip":
+        return (f"--engine flower: {alg.name}'s clients would run a DP inner loop (release.form = '{alg.form}'), which "
+                "the Flower engine does not run yet; it runs task_clip releases (dp-agr, dp-maml) and the non-private "
+                "algorithms")
     if fresh_episodes(plan):
         return ("--engine flower: the plan draws fresh episodes through [[hierarchy]] levels, but a client holds one "
                 "fixed task of the population: use a plan without [[hierarchy]] (one client = one task)")

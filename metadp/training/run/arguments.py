@@ -16,7 +16,7 @@ from metadp.training.algorithms.clipping import clip_rule
 from metadp.training import algorithms
 from metadp.training.data import datasets
 from metadp.training.engines.federated import flower_refusal
-from metadp.training.run.plan_command import PLAN_FLAGS, flags_plan_refusal
+from metadp.training.run.plan_command import PLAN_FLAGS
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
 
@@ -251,10 +251,6 @@ def _check_maml_family(args) -> None:
         raise ValueError(f"--epsilon without --inner-noise: the {unit} view of {algorithm} is charged per visit, "
                          f"and visits are random under --sampler {sampler}, so the noise cannot be calibrated; "
                          "give --inner-noise, or use --sampler one-pass")
-    if args.save_plan:
-        why = flags_plan_refusal(alg, unit, sampler, pool, meta_batch)
-        if why is not None:
-            raise ValueError(why)
     policy = args.clip_policy or "fixed"
     if clip_rule(policy).reads_raw_norms and args.epsilon is not None:
         raise ValueError("--clip-policy raw-percentile computes clipping thresholds from raw gradient norms: the run "

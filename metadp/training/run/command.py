@@ -47,7 +47,7 @@ from metadp.training.engines import flower as flower_engine
 from metadp.training.engines.federated import flower_refusal
 from metadp.training.run.parser import CLI_OBFUSCATIONS
 from metadp.plan import check_plan_certifies
-from metadp.training.run.plan_command import calibrated, check_plan_flags, flags_plan, load_run_plan, save_plan
+from metadp.training.run.plan_command import calibrated, check_plan_flags, config_table, load_run_plan, save_plan
 from metadp.training.run.plan_run import fresh_episodes, plan_settings
 from metadp.training.algorithms.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
 from metadp.training.run.size import check_run_size, estimate_run, plan_run_size, say_estimate
@@ -357,7 +357,8 @@ def run_train(args) -> None:
               f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
               f"{args.delta:g}, the tightest of the accountants that interpret its event: accounting.certify)")
     if args.save_plan:
-        save_plan(args.save_plan, flags_plan(args, config, pool.record_multiplicity()))
+        save_plan(args.save_plan, config_table(config, pool.size, pool.record_multiplicity(), pool.query_per_task,
+                                               name=f"metadp train {args.algorithm} --data {args.data}"))
         print(f"plan written to {args.save_plan} (metadp plan {args.save_plan} certifies it)")
     if args.clip_policy is not None and clip_rule(args.clip_policy).reads_raw_norms:
         print("WARNING: --clip-policy raw-percentile computes clipping thresholds from raw gradient norms "
@@ -382,10 +383,10 @@ def run_train(args) -> None:
 
 def _print_flag_run(args, result, config, private: bool, score, out) -> None:
     """A flag run's summary: steps, sampling, every unit's epsilon (with its direction) and the evaluation."""
-    sampling = result.report["sampling"]
+    sampling = result.report["sampling_run"]
     print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,}); tasks sampled "
-          f"{sampling['scheme']} from a fixed pool of {sampling['pool']:,} (expected {sampling['expected_batch']:.4g} a "
-          "step)")
+          f"{result.report['sampling']['scheme']} from a fixed pool of {sampling['pool']:,} (expected "
+          f"{sampling['expected_batch']:.4g} a step)")
     if not private:
         print("non-private: no privacy guarantee")
     for view in result.report["views"]:

@@ -26,7 +26,7 @@ from metadp.training import algorithms
 from metadp.training.data import datasets
 from metadp.training.run.plan_run import check_plan, fresh_episodes
 
-__all__ = ["load_run_plan", "check_plan_flags", "calibrated", "flags_plan", "flags_plan_refusal", "save_plan", "PLAN_FLAGS"]
+__all__ = ["load_run_plan", "check_plan_flags", "calibrated", "config_table", "save_plan", "PLAN_FLAGS"]
 
 PLAN_FLAGS = ("unit", "delta", "steps", "noise", "sampler", "meta_batch", "pool", "clip_policy", "count_noise")
 """The flags whose value a plan file decides (given with ``--plan``, they must agree with it)."""
@@ -110,45 +110,52 @@ def calibrated(table: Dict[str, Any], epsilon: float) -> Tuple[Plan, Dict[str, A
     return solved.plan, table, solved.value
 
 
-def flags_plan_refusal(alg, unit: str, sampler: str, pool: Optional[int] = None,
-                       meta_batch: Optional[float] = None) -> Optional[str]:
-    """Why no plan file expresses a flag run of ``alg`` budgeting ``unit`` under ``--sampler sampler`` (with
-    ``pool`` and ``meta_batch`` where known: the scheme they make must have an exact plan form,
-    ``Sampling.plan_table``)."""
-    why = None
-    if not alg.private:
-        why = f"{alg.name} is non-private"
-    elif not (alg.central_clip and alg.central_noise and not alg.inner_dp):
-        why = f"{alg.name} adds noise inside each task, which a plan file does not describe"
-    elif unit != "task":
-        why = (f"the {unit} view of a fixed task pool (records shared between tasks) has no plan form; a plan with "
-               "[[hierarchy]] levels draws fresh episodes instead")
-    elif pool is not None and meta_batch is not None and of_lot(sampler, pool, meta_batch).plan_table() is None:
-        scheme = of_lot(sampler, pool, meta_batch)
-        why = (f"--sampler {sampler} over --pool {pool} with --meta-batch {meta_batch:g} ({scheme.text('task')}) has "
-               f"no exact plan form: no sampling.scheme = '{scheme.scheme}' table states it (one-pass: choose a "
-               "--meta-batch whose passes cut the pool evenly)")
-    return None if why is None else f"--save-plan: {why}"
+def config_table(config, population: int, record_multiplicity: int, query_per_task: int = 1,
+                 name: Optional[str] = None) -> Dict[str, Any]:
+    """The plan a flag run executes (its TOML table): ``config``'s sampling over a pool of ``population`` tasks
+    (each record in at most ``record_multiplicity`` of them, ``query_per_task`` query examples each), its
+    steps, delta, budget unit, noise, clip policy and release (``metadp.releases``), so that ``metadp train``
+    runs every configuration as a plan (``metadp.training.run.trainer.train``) and ``--save-plan`` writes it.
+
+    A non-private algorithm's plan has no noise (``noise.mechanism = 'none'``: its report certifies nothing);
+    so does a private one run without noise. Thresholds from raw gradient norms are ``noise.clip =
+    'raw_norms'``, an unbounded contribution (no clip, or no noise inside the tasks) ``noise.clip = 'none'``:
+    the plan then says NOT PRIVATE, as the run does."""
+    c, alg = config, config.family
+    scheme = of_lot(c.sampling, population, c.meta_batch)
+    sampling = scheme.plan_table()
+    if sampling is None:  # every scheme the trainer runs has one (tested); a new one must add it
+        raise ValueError(f"--sampler {c.sampling}: {scheme.text('task')} has no plan form (Sampling.plan_table)")
+    key = c.budget_unit if alg.private else "task"
+    table: Dict[str, Any] = {"name": name or f"metadp train {c.algorithm}", "unit": "record" if key != "task" else "task",
+                             "relation": scheme.relation, "delta": c.delta, "steps": c.steps, "sampling": sampling,
+                             "record_multiplicity": record_multiplicity}
+    if key == "record-vs-server":
+        table["against"] = "server"
+    table["noise"] = _config_noise(c)
+    if alg.private:
+        release = alg.release(inner_noise=c.inner_noise, inner_steps=max(c.inner_steps, 1),
+                              query_per_task=query_per_task, first_order=c.first_order).to_table()
+        if release is not None:
+            table["release"] = release
+    return table
 
 
-def flags_plan(args, config, record_multiplicity: int) -> Dict[str, Any]:
-    """The plan table a flag run describes (``--save-plan`` without ``--plan``): its scheme's own plan table
-    (``Sampling.plan_table``), relation, noise, steps and the pool's ``record_multiplicity`` (each record in at
-    most that many of its tasks: the plan then reports the run's record view too); raises where no plan file
-    expresses the run (:func:`flags_plan_refusal`)."""
-    why = flags_plan_refusal(config.family, config.budget_unit, config.sampling, args.pool, config.meta_batch)
-    if why is not None:
-        raise ValueError(why)
-    scheme = of_lot(config.sampling, args.pool, config.meta_batch)
-    noise = {"mechanism": "gaussian", "multiplier": config.noise_multiplier}
-    if clip_rule(config.clip_policy).releases_count:
-        # the trainer's z is the sum's and the count's together; the plan's multiplier is the sum's
-        noise = {"mechanism": "gaussian",
-                 "multiplier": sum_noise_multiplier(config.noise_multiplier, config.quantile_count_noise),
-                 "count_noise": config.quantile_count_noise}
-    return {"name": f"metadp train {args.algorithm} --data {args.data}", "unit": "task", "relation": scheme.relation,
-            "delta": config.delta, "steps": config.steps, "sampling": scheme.plan_table(), "noise": noise,
-            "record_multiplicity": record_multiplicity}
+def _config_noise(c) -> Dict[str, Any]:
+    """The ``[noise]`` table of configuration ``c`` (:func:`config_table`)."""
+    alg = c.family
+    if not alg.private or not alg.central_noise or c.noise_multiplier == 0:
+        noise: Dict[str, Any] = {"mechanism": "none"}
+    elif clip_rule(c.clip_policy).releases_count:  # the trainer's z is the sum's and the count's together
+        noise = {"mechanism": "gaussian", "multiplier": sum_noise_multiplier(c.noise_multiplier, c.quantile_count_noise),
+                 "count_noise": c.quantile_count_noise}
+    else:
+        noise = {"mechanism": "gaussian", "multiplier": c.noise_multiplier}
+    if alg.private and clip_rule(c.clip_policy).reads_raw_norms:
+        noise["clip"] = "raw_norms"
+    elif alg.private and not c.bounded:
+        noise["clip"] = "none"
+    return noise
 
 
 def save_plan(path: str, table: Dict[str, Any]) -> None:

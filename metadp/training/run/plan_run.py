@@ -16,17 +16,21 @@ are what the run executes, and its ``privacy_report.json`` is the plan's report 
   on record: for a run that completes, the very report ``metadp plan FILE --json`` prints; for a run
   stopped early, the prefix it spent.
 
-Algorithms: those whose one release per step is the plan's noisy sum of clipped per-task contributions
-(``PLAN_ALGORITHMS``: dp-maml, dp-agr), and the non-private ones (maml, reptile), which run the plan's
-sampling and steps without clipping or noise and report no guarantee (a same-sampling baseline).
-Algorithms with releases a plan does not describe (an inner DP loop) are refused.
+Flag runs are plans too: ``train`` compiles a configuration into the plan it executes
+(``plan_command.config_table``), so every run takes this one path.
+
+Algorithms: a private algorithm runs a plan whose ``[release]`` is its own form (``metadp.releases``:
+``task_clip`` for dp-maml and dp-agr, a plan's default; ``example_clip`` for dp-maml-sample,
+``local_noise`` for dp-agrlr, ``inner_dp`` for dp-reptile); the non-private ones (maml, reptile) run
+any plan's sampling and steps without clipping or noise and report no guarantee (a same-sampling
+baseline).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.plan import Plan, plan_epsilon
@@ -36,26 +40,22 @@ from metadp.training.algorithms import Algorithm
 from metadp.training.run.report import run_report, view_entry
 
 __all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "plan_views", "plan_report", "fresh_episodes",
-           "plan_run_report", "PLAN_ALGORITHMS"]
+           "plan_run_report", "expected_tasks", "ledger_charges"]
 
 
-def _reads_plan(alg: Algorithm) -> bool:
-    return alg.meta_loop and (not alg.private or (alg.central_clip and alg.central_noise and not alg.inner_dp))
-
-
-PLAN_ALGORITHMS = tuple(a.name for a in algorithms.REGISTRY.values() if _reads_plan(a))
-"""The algorithms a plan can describe (at the registry's import; :func:`plan_algorithm_refusal` reads it live)."""
-
-
-def plan_algorithm_refusal(alg: Algorithm) -> Optional[str]:
-    """Why ``alg`` cannot run a plan (None: it can)."""
-    if _reads_plan(alg):
-        return None
-    fits = ", ".join(a.name for a in algorithms.REGISTRY.values() if _reads_plan(a))
+def plan_algorithm_refusal(alg: Algorithm, plan: Optional[Plan] = None) -> Optional[str]:
+    """Why ``alg`` cannot run ``plan`` (None: it can): a loop of its own (protonet), or a private algorithm whose
+    release is not the plan's (``[release]``; a plan without one releases ``task_clip``)."""
     if not alg.meta_loop:
+        fits = ", ".join(a.name for a in algorithms.REGISTRY.values() if a.meta_loop)
         return f"--plan: {alg.name} trains on obfuscated images in its own loop; plans run {fits}"
-    return (f"--plan: {alg.name} makes releases a plan file does not describe (per-example noise inside each task); "
-            f"a plan's guarantee would not be this run's. Plans run {fits}; train {alg.name} with flags")
+    form = plan.release.form if plan is not None and plan.release is not None else "task_clip"
+    if plan is None or not alg.private or alg.form == form:
+        return None
+    fits = ", ".join(a.name for a in algorithms.REGISTRY.values() if a.meta_loop and a.private and a.form == form)
+    return (f"--plan: {alg.name} releases release.form = '{alg.form}' (metadp.releases), the plan "
+            f"release.form = '{form}': its guarantees would not be this run's. The plan runs {fits or 'no algorithm'}; "
+            f"for {alg.name}, write the plan's [release] table (metadp train {alg.name} ... --save-plan writes one)")
 
 
 def fresh_episodes(plan: Plan) -> bool:
@@ -70,12 +70,15 @@ def check_plan(plan: Plan, alg: Algorithm, *, images: bool) -> None:
     Raises:
         ValueError: one line naming the plan key and why the trainer cannot execute it.
     """
-    refusal = plan_algorithm_refusal(alg)
+    refusal = plan_algorithm_refusal(alg, plan)
     if refusal is not None:
         raise ValueError(refusal)
-    if plan.noise.mechanism != "gaussian":
+    if plan.noise.mechanism == "laplace":
         raise ValueError(f"--plan: noise.mechanism = '{plan.noise.mechanism}': the trainer adds Gaussian noise to the "
                          "clipped sum (a Laplace plan describes another mechanism)")
+    if alg.private and not plan.noise.private:
+        raise ValueError(f"--plan: noise.clip = '{plan.noise.clip}' describes a run without a guarantee; train it with "
+                         "flags (--clip-policy raw-percentile, or --clip inf)")
     if alg.private and plan.hierarchy is not None and plan.noise.clipping != "per_episode":
         raise ValueError(f"--plan: noise.clipping = '{plan.noise.clipping}', but {alg.name} clips each task's "
                          "(episode's) meta-gradient: the plan must say clipping = 'per_episode'")
@@ -92,20 +95,26 @@ def check_plan(plan: Plan, alg: Algorithm, *, images: bool) -> None:
 
 
 def plan_settings(plan: Plan, alg: Algorithm) -> Dict[str, Any]:
-    """The ``TrainConfig`` fields the plan sets (its unit, delta, steps, noise, clip policy)."""
+    """The ``TrainConfig`` fields the plan sets (its unit, delta, steps, noise, clip policy, release)."""
     settings: Dict[str, Any] = {"steps": plan.steps, "delta": plan.delta, "epsilon": math.inf}
-    expected = _expected_tasks(plan)
+    expected = expected_tasks(plan)
     settings["meta_batch"] = expected
     if not alg.private:
         return settings
-    settings.update(unit=plan.unit, noise_multiplier=plan.noise.multiplier)
+    z = plan.noise.multiplier if plan.noise.mechanism == "gaussian" else 0.0
+    settings.update(unit=plan.units()[0].key, noise_multiplier=z)
     if plan.noise.count_noise is not None:  # the trainer's z is the sum and the count together, as the plan's
         settings.update(clip_policy="quantile", count_noise=plan.noise.count_noise,
-                        noise_multiplier=combined_noise_multiplier(plan.noise.multiplier, plan.noise.count_noise))
+                        noise_multiplier=combined_noise_multiplier(z, plan.noise.count_noise))
+    if plan.release is not None:
+        settings.update(inner_noise=plan.release.inner_noise, inner_steps=plan.release.inner_steps)
+        if plan.release.form in ("example_clip", "local_noise"):
+            settings["first_order"] = plan.release.first_order
     return settings
 
 
-def _expected_tasks(plan: Plan) -> float:
+def expected_tasks(plan: Plan) -> float:
+    """The tasks a step of ``plan`` takes (expected): its episodes, batch, or every task."""
     scheme = plan.sampling
     if isinstance(scheme, Episodic):
         return float(scheme.episodes)
@@ -130,9 +139,11 @@ def plan_views(plan: Plan) -> Tuple[Guarantee, ...]:
     return tuple(views)
 
 
-def plan_report(plan: Plan, steps: int) -> Dict[str, Any]:
-    """The report of ``plan`` over its first ``steps`` steps: ``metadp plan --json``'s, for the prefix."""
-    return plan_epsilon(dataclasses.replace(plan, steps=steps)).to_dict()
+def plan_report(plan: Plan, steps: int, charges: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
+    """The report of ``plan`` over its first ``steps`` steps: ``metadp plan --json``'s, for the prefix; ``charges``
+    (view key -> count): where a run's budget capped a view below the plan's count (the visits of any record,
+    which the run's budget stops at)."""
+    return plan_epsilon(dataclasses.replace(plan, steps=steps), charges=charges).to_dict()
 
 
 def _finite(epsilon) -> Optional[float]:
@@ -140,33 +151,53 @@ def _finite(epsilon) -> Optional[float]:
     return epsilon if isinstance(epsilon, (int, float)) and math.isfinite(epsilon) else None
 
 
-def plan_run_report(plan: Plan, c, views, ledgers, steps: int, prefix: int, last_step: int, threshold: float,
-                    expected: float) -> Dict[str, Any]:
-    """A plan run's ``privacy_report.json``: the plan's report over ``prefix`` steps (the releases on record;
-    ``metadp plan --json``'s for a run that completes) and the run's record, each view's ledger checked
-    against the plan's events (``ledger_matches_plan``)."""
+def ledger_charges(view: Guarantee, ledger) -> int:
+    """The charges ``ledger`` holds for ``view``: its entries, or for a per-visit view the visits they count."""
+    if ledger is None:
+        return 0
+    return sum(r.count for r in ledger.entries) if view.charge == "visit" else len(ledger.entries)
+
+
+def plan_run_report(plan: Plan, c, views, ledgers, steps: int, prefix: int, run_fields: Mapping[str, Any],
+                    caps: Optional[Mapping[str, float]] = None) -> Dict[str, Any]:
+    """A run's ``privacy_report.json``: the plan's report over ``prefix`` steps (the releases on record;
+    ``metadp plan --json``'s for a run that completes its plan) and the run's record (``run_fields``, and each
+    view's ledger checked against the plan: ``ledger_matches_plan``).
+
+    A view charged per visit is certified for the visits the plan allows over the steps run (the record's k
+    tasks visited in every pass, or every step), or ``caps[key]`` where the run's budget stopped any record
+    there: a bound for every sampling outcome. The visits the worst record happened to get (the ledger's,
+    ``max_record_visits``) are fewer in a partial pass, but a number computed from them is an ex-post
+    (odometer) figure, not a DP guarantee, so the report does not use it."""
+    prefix_counts = {g.key: g.steps for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
+    charges = {key: int(min(prefix_counts[key], cap)) for key, cap in (caps or {}).items()
+               if key in prefix_counts and cap < prefix_counts[key]}
     if c.private:
-        out = plan_report(plan, prefix)
+        out = plan_report(plan, prefix, charges)
     else:
-        noise = None
-        out = run_report(f"metadp train {c.algorithm} (plan: {plan.name})", None, (), plan.sampling, noise, steps,
+        out = run_report(f"metadp train {c.algorithm} (plan: {plan.name})", None, (), plan.sampling, None, steps,
                          None)
-    prefix_views = {g.key: g for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
-    certified = {out["unit"]: (out["epsilon"], out["accountant"])} if c.private else {}
-    certified.update({o["unit"]: (o["epsilon"], o["accountant"]) for o in out.get("other_units", ())})
+    certified = {}
+    if c.private:
+        out["view"] = views[0].key
+        for o in out["other_units"]:
+            o.setdefault("view", o["unit"])
+        certified[views[0].key] = (out["epsilon"], out["accountant"])
+        certified.update({o.get("view", o["unit"]): (o["epsilon"], o["accountant"]) for o in out["other_units"]})
     entries = []
     for v in views:
         ledger = ledgers.get(v.key)
-        charges = len(ledger.entries) if ledger is not None else 0
-        planned = prefix_views[v.key].steps if v.key in prefix_views else None
-        epsilon, accountant = certified.get(v.unit, (None, None))
+        done = ledger_charges(v, ledger)
+        planned = charges.get(v.key, prefix_counts.get(v.key))
+        epsilon, accountant = certified.get(v.key, (None, None))
+        within = planned is not None and (done <= planned if v.charge == "visit" else done == planned)
         entries.append(view_entry(v, ledger, _finite(epsilon), accountant, planned=planned, matches=(
-            ledger is not None and charges == planned and all(r.event == v.event for r in ledger.entries))))
+            ledger is not None and within and all(r.event == v.event for r in ledger.entries))))
+    out.update({"engine": "local", "algorithm": c.algorithm, "private": c.private, "plan": plan.name,
+                "steps_done": steps, "plan_steps": plan.steps, "plan_prefix_steps": prefix,
+                "budget_unit": views[0].key if c.private and views else None})
+    out.update(run_fields)
     out.update({
-        "engine": "local", "algorithm": c.algorithm, "private": c.private, "plan": plan.name,
-        "steps_done": steps, "plan_steps": plan.steps, "plan_prefix_steps": prefix,
-        "budget_unit": plan.unit if c.private else None, "last_step_within_budget": last_step,
-        "clip_policy": c.clip_policy, "final_clip": threshold, "expected_tasks": expected,
         "accountant_note": ("the plan's report (metadp.plan.plan_epsilon) over the releases on record; each "
                             "view's ledger holds the plan's event once per charge") if c.private else None,
         "views": entries,

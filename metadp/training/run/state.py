@@ -1,6 +1,7 @@
 """The state of one training run: its sampler, privacy views and their ledgers, budget schedule,
 clipping policy and record visits (``_Run``, driven by ``metadp.training.run.trainer.train``), and what
-depends only on the configuration and the pool: the sampling, the views and noise calibration.
+depends only on the configuration and the pool: the plan a flag run executes (``config_plan``), its
+views and noise calibration. Every run is a run of a plan: ``_Run`` has one path.
 """
 
 from __future__ import annotations
@@ -13,21 +14,23 @@ from typing import Optional
 import torch
 
 from metadp.accounting import NonPrivate
-from metadp.accounting.calibration import calibrate_noise, max_steps
+from metadp.accounting.adaptive_clipping import combined_noise_multiplier
+from metadp.accounting.calibration import max_steps
+from metadp.accounting.certify import certify
 from metadp.accounting.ledger import Ledger
-from metadp.core import events as ev
-from metadp.sampling import Sampling, of_lot
-from metadp.training import algorithms
+from metadp.plan import Plan
+from metadp.plan_solve import calibrate_plan, noise_keys
+from metadp.sampling import RUN_SCHEMES, Sampling
 from metadp.training.run.budget import budget_schedule
 from metadp.training.algorithms.clipping import ClipPolicy, clip_rule
 from metadp.training.run.config import TrainConfig
-from metadp.training.run.plan_run import fresh_episodes, plan_report, plan_run_report, plan_views
-from metadp.training.run.report import run_report, view_entry
+from metadp.training.run.plan_command import config_table
+from metadp.training.run.plan_run import expected_tasks, fresh_episodes, plan_run_report, plan_views
 from metadp.training.run.ledgers import ViewLedgers
 from metadp.training.data.samplers import EpisodicSampler, sampler_for
 from metadp.training.data.tasks import FreshEpisodes
 
-__all__ = ["stream_seed", "run_views", "calibrate"]
+__all__ = ["stream_seed", "run_views", "calibrate", "config_plan"]
 
 
 def sampled_rows(mask: torch.Tensor, capacity: int):
@@ -51,30 +54,22 @@ def stream_seed(seed: int, stream: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def _sampling(pool, c: TrainConfig):
-    """(sampler, scheme, expected batch) of a run: the ``metadp.sampling`` scheme of ``--sampler`` over the
-    pool, and the sampler that executes it."""
-    n = pool.size
-    if c.meta_batch > n:  # a rate above 1 is no Poisson rate: refused, never clamped
-        raise ValueError(f"meta_batch must be <= the pool's {n} tasks, got {c.meta_batch:g}")
-    scheme = of_lot(c.sampling, n, c.meta_batch)
-    gen = torch.Generator(device=_device_of(pool)).manual_seed(stream_seed(c.seed, "sampler"))
-    return sampler_for(scheme, gen), scheme, float(scheme.expected_batch)
-
-
 def steps_per_pass(scheme: Sampling) -> int:
     """Steps in one pass of a pass-wise scheme (one-pass sampling); 1 for the others."""
     return getattr(scheme, "steps_per_pass", 1)
 
 
-def _device_of(pool) -> torch.device:
-    """Where the pool's tensors live (``EpisodePool.images``, or ``SinusoidPool.device``)."""
-    images = getattr(pool, "images", None)
-    return images.device if images is not None else torch.device(pool.device)
+def config_plan(pool, c: TrainConfig) -> Plan:
+    """The plan a flag run of ``c`` on ``pool`` executes (``plan_command.config_table``): its sampling over the
+    pool, steps, noise, release and budget unit, each record in at most ``pool.record_multiplicity()`` tasks."""
+    if c.meta_batch > pool.size:  # a rate above 1 is no Poisson rate: refused, never clamped
+        raise ValueError(f"meta_batch must be <= the pool's {pool.size} tasks, got {c.meta_batch:g}")
+    table = config_table(c, pool.size, pool.record_multiplicity(), pool.query_per_task)
+    return Plan.from_dict(table)
 
 
 def _plan_sampling(plan, data, c: TrainConfig, device):
-    """(sampler, episode drawer or None, expected tasks a step) of a plan run over ``data`` (a task pool, or
+    """(sampler, episode drawer or None) of a run of ``plan`` over ``data`` (a task pool, or
     ``tasks.EpisodeImages`` for fresh episodes, checked against the plan's hierarchy)."""
     if fresh_episodes(plan):
         data.check(plan.hierarchy)
@@ -88,41 +83,35 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
         raise ValueError(f"a record is in up to {data.record_multiplicity()} tasks of this pool, the plan's "
                          f"record_multiplicity is {plan.record_multiplicity}: its record-level bound would not hold "
                          "(raise record_multiplicity in the plan)")
+    if plan.release is not None and plan.release.form in ("example_clip", "local_noise") \
+            and data.query_per_task != plan.release.query_per_task:
+        raise ValueError(f"the tasks have {data.query_per_task} query examples each, the plan's "
+                         f"release.query_per_task is {plan.release.query_per_task}: its guarantees would not hold")
     gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "sampler"))
     sampler = sampler_for(plan.sampling, gen)
     drawer = None
     if fresh_episodes(plan) and not isinstance(sampler, EpisodicSampler):  # a fresh episode per sampled task slot
         drawer = EpisodicSampler(plan.hierarchy, 1, torch.Generator(device=device).manual_seed(
             stream_seed(c.seed, "episodes")))
-    return sampler, drawer, float(c.meta_batch)
+    return sampler, drawer
 
 
-def run_views(pool, c: TrainConfig, private_clipping: bool = True, *, plan: Optional[Sampling] = None,
-              multiplicity: Optional[int] = None):
-    """The privacy views of ``c`` on ``pool`` (``metadp.releases.views``) and the sampling plan.
-
-    ``plan`` and ``multiplicity`` (the pool's ``record_multiplicity()``) depend on the pool and the
-    sampling only: callers that ask for many configurations of one pool pass them in once.
-    """
-    plan = plan if plan is not None else _sampling(pool, c)[1]
-    if not c.private:
-        return plan, ()
-    k = multiplicity if multiplicity is not None else pool.record_multiplicity()
-    found = algorithms.views(c.algorithm, plan, noise=c.noise_multiplier if c.noise_multiplier > 0 else 1.0,
-                  inner_noise=c.inner_noise if c.inner_noise > 0 else 1.0, inner_steps=c.inner_steps,
-                  query_per_task=pool.query_per_task, record_multiplicity=k,
-                  first_order=c.first_order, private_clipping=private_clipping)
-    if not c.bounded:  # no noise or no clipping: each release is non-private (infinite epsilon)
-        found = tuple(dataclasses.replace(v, event=NonPrivate()) if v.event is not None else v for v in found)
-    return plan, found
+def run_views(pool, c: TrainConfig):
+    """(the run's sampling scheme, its privacy views): those of the plan a flag run of ``c`` on ``pool``
+    executes (:func:`config_plan`; ``metadp.releases``), its budget unit first; none for a non-private
+    algorithm."""
+    plan = config_plan(pool, c)
+    return plan.sampling, (plan_views(plan) if c.private else ())
 
 
-def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
-    """``c`` with its noise set so that ``c.steps`` steps spend the budget ``c.epsilon`` of its unit (PLD,
-    certified). Which noise: z for a view of the released sum; z_in for DP-Reptile's and DP-AGRLR's
-    record-vs-server views; both equal (as dp-maml.txt Alg. 2 uses one z) for sample-level DP-MAML's
-    record view. Per-visit views are calibrated for one-pass sampling (visits = passes x the record's
-    multiplicity); with Poisson sampling their visits are random: give the noise instead.
+def calibrate(pool, c: TrainConfig) -> TrainConfig:
+    """``c`` with its noise set so that ``c.steps`` steps spend the budget ``c.epsilon`` of its unit, certified:
+    the plan of the run (:func:`config_plan`) calibrated by ``metadp.plan_solve.calibrate_plan``, as ``metadp
+    train --plan FILE --epsilon`` and ``metadp calibrate`` calibrate. Which noise: z for a view of the
+    released sum; z_in for DP-Reptile's and DP-AGRLR's record-vs-server views; both equal (as dp-maml.txt
+    Alg. 2 uses one z) for sample-level DP-MAML's record view (``plan_solve.noise_keys``). Per-visit views are
+    calibrated for one-pass sampling (visits = passes x the record's multiplicity); with Poisson sampling
+    their visits are random: give the noise instead.
 
     Raises:
         ValueError: on a non-private algorithm, an infinite budget, or a per-visit view under Poisson
@@ -130,57 +119,43 @@ def calibrate(pool, c: TrainConfig, *, rtol: float = 1e-3) -> TrainConfig:
     """
     if not c.private or not math.isfinite(c.epsilon):
         raise ValueError("calibration needs a private algorithm and a finite epsilon")
-    _, plan, _ = _sampling(pool, c)
-    key = c.budget_unit
-    fields = c.family.calibrated_noise(key)
-
-    def configured(z: float, base: TrainConfig = dataclasses.replace(c, clip_policy="fixed")) -> TrainConfig:
-        # the views do not depend on the clip policy (the quantile policy keeps the accounted z)
-        return dataclasses.replace(base, **{name: z for name in fields})
-
-    k = pool.record_multiplicity()
-    view = next(v for v in run_views(pool, c, plan=plan, multiplicity=k)[1] if v.key == key)
-    passes = math.ceil(c.steps / steps_per_pass(plan))
-    if view.charge == "visit":
-        if plan.charge != "pass":
-            raise ValueError(f"the {key} view is charged per visit, which is random under {c.sampling} sampling: "
-                             "give the noise multiplier instead of calibrating it")
-        count = passes * k
-    else:
-        count = c.steps if view.charge == "step" else passes
-
-    def event(z: float):
-        v = next(v for v in run_views(pool, configured(z), plan=plan, multiplicity=k)[1] if v.key == key)
-        return ev.SelfComposed(v.event, count)
-
-    z = calibrate_noise(event, c.epsilon, c.delta, relation=view.relation, accountant="all", rtol=rtol)
-    return configured(z, c)
+    base = dataclasses.replace(c, clip_policy="fixed" if not clip_rule(c.clip_policy).releases_count else c.clip_policy)
+    table = config_table(base, pool.size, pool.record_multiplicity(), pool.query_per_task)
+    plan = Plan.from_dict(table)
+    if plan.units()[0].charge == "visit" and plan.sampling.charge != "pass":
+        raise ValueError(f"the {c.budget_unit} view is charged per visit, which is random under {c.sampling} "
+                         "sampling: give the noise multiplier instead of calibrating it")
+    z = calibrate_plan(table, "noise", c.epsilon).value
+    keys = noise_keys(table)
+    fields = {}
+    if "noise.multiplier" in keys:
+        fields["noise_multiplier"] = (combined_noise_multiplier(z, c.quantile_count_noise)
+                                      if clip_rule(c.clip_policy).releases_count else z)
+    if "release.inner_noise" in keys:
+        fields["inner_noise"] = z
+    return dataclasses.replace(c, **fields)
 
 
 class _Run:
-    """The state of one run: sampler, views and their ledgers, clipping, visits (``train`` drives it).
+    """The state of one run of a plan (a plan file's, or the plan a flag run compiles to: ``config_plan``):
+    sampler, views and their ledgers, clipping, visits (``train`` drives it).
 
     Construction does no I/O and raises every refusal of the configuration (no guarantee to budget, a
     budget that does not cover one release); :meth:`open_ledgers` then opens or creates the files.
     """
 
-    def __init__(self, pool, config: TrainConfig, device: str, plan_file=None):
-        self.pool, self.config, self.plan_file = pool, config, plan_file
+    def __init__(self, pool, config: TrainConfig, device: str, plan: Plan):
+        self.pool, self.config, self.plan = pool, config, plan
         c = config
-        self.drawer = None
-        if plan_file is None:
-            self.sampler, plan, self.expected = _sampling(pool, c)
-        else:
-            self.sampler, self.drawer, self.expected = _plan_sampling(plan_file, pool, c, device)
-            plan = None
-        self.plan = plan
+        self.sampler, self.drawer = _plan_sampling(plan, pool, c, device)
+        self.expected = expected_tasks(plan)
         self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
         self.noise_gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "noise"))
         self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
                                  target=c.clip_target, learning_rate=c.clip_lr,
                                  count_noise=c.quantile_count_noise if clip_rule(c.clip_policy).releases_count else None)
-        self.multiplicity = pool.record_multiplicity() if c.private and plan_file is None else 1
-        self.views = self._views()
+        self.multiplicity = plan.record_multiplicity or 1
+        self.views = plan_views(plan) if c.private else ()
         self.primary = next((v for v in self.views if v.key == c.budget_unit), None)
         if c.private and (self.primary is None or (self.primary.event is None and math.isfinite(c.epsilon))):
             why = f": {self.primary.reason}" if self.primary is not None else ""
@@ -191,14 +166,9 @@ class _Run:
             self.record_visits = torch.zeros(int(ids.max()) + 1, dtype=torch.int64, device=device)
         self.max_visits = 0
         self.ledgers = ViewLedgers(self.views, c)
-        self.last_step, self.pass_cap, self.visit_cap, self.schedule = budget_caps(self.primary, c, plan,
+        self.last_step, self.pass_cap, self.visit_cap, self.schedule = budget_caps(self.primary, c, plan.sampling,
                                                                                   self.multiplicity)
         self._spent_cache = (None, 0.0)
-
-    def _views(self):
-        if self.plan_file is not None:
-            return plan_views(self.plan_file) if self.config.private else ()
-        return run_views(self.pool, self.config, self.policy.private, plan=self.plan, multiplicity=self.multiplicity)[1]
 
     # -- budget ------------------------------------------------------------------------------------
     @property
@@ -212,23 +182,32 @@ class _Run:
             return len(ledger.entries)
         return done
 
-    def spent(self, fresh: bool = False) -> float:
-        """The budget view's certified epsilon so far (the schedule's, or recomputed when the ledger grows).
-        A plan run's is the plan's report over the releases on record, recomputed only when ``fresh`` (at
-        checkpoints: one report can take a second), else the last one computed."""
+    def spent(self, done: int, fresh: bool = False) -> float:
+        """The budget view's certified epsilon after ``done`` steps: the budget schedule's, or the plan's bound
+        for the charges on record (``Ledger.spent``, the tightest accountant; for a per-visit view the visits the
+        plan allows in ``done`` steps, at most the visit cap: ``plan_run.plan_run_report`` says why), recomputed
+        only when ``fresh`` (at checkpoints: it can take a second) or not yet computed, else the last one."""
         ledger = self.primary_ledger
         if ledger is None:
             return 0.0
-        if self.plan_file is not None:
-            if fresh or self._spent_cache[0] is None:
-                prefix = self.plan_prefix(0)
-                self._spent_cache = (prefix, plan_report(self.plan_file, prefix)["epsilon"] if prefix else 0.0)
-            return self._spent_cache[1]
-        if self.schedule is not None and len(ledger.entries) <= self.schedule.checkpoints[-1]:
-            return self.schedule.epsilon_after(len(ledger.entries))
-        if self._spent_cache[0] != len(ledger.entries):
-            self._spent_cache = (len(ledger.entries), ledger.spent(self.config.delta))
+        n = len(ledger.entries)
+        if self.schedule is not None and n <= self.schedule.checkpoints[-1]:
+            return self.schedule.epsilon_after(n)
+        key = (n, done)
+        if self._spent_cache[0] is None or (fresh and self._spent_cache[0] != key):
+            if self.primary.charge != "visit":
+                value = ledger.spent(self.config.delta) if n else 0.0
+            else:
+                count = min(self._allowed_visits(done), self.visit_cap)
+                value = certify(self.primary.events, self.config.delta, steps=int(count),
+                                relation=self.primary.relation, lower=False).epsilon if count else 0.0
+            self._spent_cache = (key, value)
         return self._spent_cache[1]
+
+    def _allowed_visits(self, done: int) -> int:
+        """The visits of any record the plan allows in ``done`` steps (its a-priori count for that prefix)."""
+        view = next(g for g in plan_views(dataclasses.replace(self.plan, steps=done)) if g.key == self.primary.key)
+        return view.steps
 
     def visits_on_record(self) -> int:
         """The visits charged to a visit-charged budget view's ledger: after a resume from an older (or a
@@ -261,44 +240,21 @@ class _Run:
         return self.record_visits + torch.bincount(ids, minlength=self.record_visits.numel())
 
     def report(self, steps: int) -> dict:
-        """``privacy_report.json``: the schema of ``metadp plan --json`` (``run_report``) plus the run's own
-        record (algorithm, every view with its charges, budget, sampling realised, clipping)."""
-        c = self.config
-        if self.plan_file is not None:
-            return self._plan_report(steps)
-        entries, certified = [], {}
-        for v in self.views:
-            ledger = self.ledgers.get(v.key)
-            eps = kind = None
-            if ledger is not None:  # every accountant that interprets the releases; the tightest is reported
-                found = ledger.certify(c.delta)
-                kind = found.tightest.accountant
-                eps = found.epsilon if math.isfinite(found.epsilon) else None
-                lowers = [x.epsilon_lower for x in found.certificates if x.epsilon_lower is not None]
-                if eps is not None:
-                    certified[v.key] = v.certified(eps, max(lowers) if lowers and ledger.entries else None, kind)
-            entries.append(view_entry(v, ledger, eps, kind))
-        scheme = self.plan
-        name = f"metadp train {c.algorithm}"
-        noise = {"mechanism": "gaussian", "multiplier": c.noise_multiplier} if c.private else None
-        primary = certified.get(c.budget_unit) if c.private else None
-        others = [g for key, g in certified.items() if g is not primary]
-        out = run_report(name, primary, others, scheme, noise, steps, c.delta if c.private else None)
-        out["sampling"].update({"run_scheme": c.sampling, "pool": scheme.population,
-                                "batch": getattr(scheme, "batch_size", None) or None,
-                                "steps_per_pass": steps_per_pass(scheme), "expected_batch": self.expected})
-        out.update({
-            "engine": "local", "algorithm": c.algorithm, "private": c.private,
-            "budget_unit": c.budget_unit if c.private else None,
+        """``privacy_report.json``: the plan's report over the releases on record (``plan_run.plan_run_report``:
+        ``metadp plan --json``'s for a run that completes its plan) and the run's own record (algorithm, every
+        view with its charges, budget, sampling realised, clipping)."""
+        c, scheme = self.config, self.plan.sampling
+        out = plan_run_report(self.plan, c, self.views, self.ledgers, steps, self.plan_prefix(steps), {
             "target_epsilon": c.epsilon if math.isfinite(c.epsilon) else None,
-            "last_step_within_budget": self.last_step,
-            "record_multiplicity": self.multiplicity, "max_record_visits": self.max_visits or None,
-            "clip_policy": c.clip_policy, "final_clip": self.policy.threshold,
-            "accountant_note": ("the tightest certified upper bound of every accountant that interprets each view's "
-                                "ledger (metadp.accounting.certify)") if c.private else None,
-            "views": entries,
-            "note": None if c.private else "non-private: no privacy guarantee",
-        })
+            "last_step_within_budget": self.last_step, "record_multiplicity": self.plan.record_multiplicity,
+            "max_record_visits": self.max_visits or None, "clip_policy": c.clip_policy,
+            "final_clip": self.policy.threshold, "expected_tasks": self.expected},
+            caps={self.primary.key: self.visit_cap} if self.primary is not None and self.primary.charge == "visit" else None)
+        population = getattr(scheme, "population", None)
+        # what the sampler ran (``sampling`` is the plan's, as ``metadp plan --json`` prints it)
+        out["sampling_run"] = {"sampler": run_scheme_name(scheme), "pool": population,
+                               "batch": getattr(scheme, "batch_size", None) or None,
+                               "steps_per_pass": steps_per_pass(scheme), "expected_batch": self.expected}
         return out
 
     def plan_prefix(self, steps: int) -> int:
@@ -306,19 +262,14 @@ class _Run:
         charge; for a pass charge, the fewest steps whose passes cover the passes on record (a resume after
         a lost checkpoint restarts at step 0 with earlier passes still charged)."""
         ledger = self.primary_ledger
-        if ledger is None:
+        if ledger is None or self.primary.charge == "visit":
             return steps
         if self.primary.charge == "step":
             return len(ledger.entries)
-        scheme, passes = self.plan_file.sampling, len(ledger.entries)
+        scheme, passes = self.plan.sampling, len(ledger.entries)
         per_pass = getattr(scheme, "steps_per_pass", None) or scheme.population // scheme.batch_size
         covering = 0 if passes == 0 else (passes - 1) * per_pass + 1
         return max(steps, covering)
-
-    def _plan_report(self, steps: int) -> dict:
-        """A plan run's report (``plan_run.plan_run_report``)."""
-        return plan_run_report(self.plan_file, self.config, self.views, self.ledgers, steps, self.plan_prefix(steps),
-                               self.last_step, self.policy.threshold, self.expected)
 
     def state(self) -> dict:
         return {"sampler": self.sampler.state_dict(), "noise_generator": self.noise_gen.get_state(),
@@ -340,6 +291,11 @@ class _Run:
 
     def close(self) -> None:
         self.ledgers.close()
+
+
+def run_scheme_name(scheme: Sampling) -> Optional[str]:
+    """The ``--sampler`` name that runs ``scheme`` (None: a scheme only plans name)."""
+    return next((run for run, cls in RUN_SCHEMES.items() if cls.scheme == scheme.scheme), None)
 
 
 def budget_caps(p, c: TrainConfig, scheme, multiplicity: int):

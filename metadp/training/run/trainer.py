@@ -21,16 +21,18 @@ dp-agrlr            dp-fedmeta.txt Alg. 2-3: each client runs the sample-level D
                     computation and adds its own noise; the server as in dp-agr           the sum
 ==================  ==================================================================  ======================
 
-The privacy of a run is a set of *views* (``metadp.releases``): task or client, record, and
-record against the party that sees the clients' updates. Before step 1 the chosen view (``unit``)
+Every run executes a plan (``metadp.plan``): a plan file's, or the plan a configuration compiles to
+(``state.config_plan``; ``metadp train --save-plan`` writes it). The privacy of a run is the plan's set
+of *views* (``metadp.releases``): task or client, record, and record against the party that sees the
+clients' updates. Before step 1 the chosen view (``unit``)
 gives the schedule: the last step within the budget (per step, per pass, or the visit cap per
 record); the loop stops there. Every release is appended to each view's hash-chained ledger
 (``ledger-<view>.jsonl``, fsync) *before* the update uses it; checkpoints hold the parameters,
 optimiser, sampler, generator and clipping states and each ledger's length and head; a resumed run
 counts every ledger entry, including releases after the last checkpoint (or all of them, from step 0,
-when the checkpoint is lost), and never resets spent budget. At the end ``privacy_report.json`` gives
-every view's certified epsilon from its ledger (PLD; RDP for fixed-size batches, which PLD has no
-dominating pair for).
+when the checkpoint is lost), and never resets spent budget. At the end ``privacy_report.json`` is the
+plan's report over the releases on record (``metadp plan --json`` of the plan, for a run that completes
+it), every view charged as its ledger is.
 
 The run folder (``metadp.training.run.folder``): ``run.json`` keeps the configuration, and a resumed
 run must match it; one run writes at a time (a lock); every refusal comes before anything is written.
@@ -67,7 +69,7 @@ from metadp.training.algorithms.contributions import resolve as contribution_of
 from metadp.training.algorithms.clipping import clip_rule
 from metadp.training.engines.local import LOCAL
 from metadp.training.run.ledgers import json_safe
-from metadp.training.run.state import _Run, calibrate, run_views, stream_seed
+from metadp.training.run.state import _Run, calibrate, config_plan, run_views, stream_seed
 
 __all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
            "SAMPLERS", "ResumeWarning", "TrainingInterrupted"]
@@ -223,7 +225,7 @@ def _prepared(pool, c: TrainConfig, out_dir, device, resume, resume_changed, set
     out = run_folder.check_out_path(out_dir)
     record = {"config": json_safe(dataclasses.asdict(c)), "setup": dict(setup or {})}
     state, changed = run_folder.check_folder(out, record, resume, resume_changed)
-    run = _Run(pool, c, device, plan)
+    run = _Run(pool, c, device, plan if plan is not None else config_plan(pool, c))
     _check_ledgers(out, state, changed, run, warn)
     return out, record, state, changed, run
 
@@ -298,7 +300,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
             done += 1
             losses.append(float((task_losses.detach() * weights).sum() / weights.sum().clamp(min=1.0)))
             if progress is not None:
-                progress(done, losses[-1], run.spent())
+                progress(done, losses[-1], run.spent(done))
             if done % c.checkpoint_every == 0 or done >= c.steps or run.releases(done) >= run.last_step:
                 _checkpoint(out, params, optimizer, run, done, losses)
                 saved = done
@@ -401,13 +403,8 @@ def _result(out: Path, params, run: _Run, done: int, losses, engine) -> TrainRes
     report = run.report(done)
     report.update(engine.report_fields())
     (out / "privacy_report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    primary = next((v for v in report["views"] if v["view"] == run.primary.key), None) if run.primary else None
-    if run.plan_file is not None:  # the plan's report: its epsilon is the primary guarantee's
-        epsilon = float(report["epsilon"]) if c.private else 0.0  # "inf" in JSON where nothing finite is certified
-    elif primary is None:
-        epsilon = 0.0 if not c.private else math.inf
-    else:
-        epsilon = primary["epsilon"] if primary["epsilon"] is not None else math.inf
+    # the plan's report: its epsilon is the primary guarantee's ("inf" in JSON where nothing finite is certified)
+    epsilon = float(report["epsilon"]) if c.private else 0.0
     with torch.no_grad():
         final = {k: v.detach().clone() for k, v in params.items()}
     return TrainResult(final, run.releases(done), run.last_step, epsilon, tuple(losses), report)
@@ -423,6 +420,6 @@ def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:
     with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps({"step": step, "loss": losses[-1] if losses else None,
                             # the budget view's certified upper bound so far (PLD), at the run's delta
-                            "epsilon": run.spent(fresh=True), "epsilon_view": run.primary.key if run.primary else None,
+                            "epsilon": run.spent(step, fresh=True), "epsilon_view": run.primary.key if run.primary else None,
                             "delta": run.config.delta if run.primary else None,
                             "clip": run.policy.threshold}) + "\n")
