@@ -145,7 +145,8 @@ class Report:
             rows.append((f"  {alt['accountant']}", f"<= {format_upper(alt['epsilon'])}{lower}{mark}"))
         for other in self.other_units:
             lower = "" if other["epsilon_lower"] is None else f", lower bound {_format_lower(other['epsilon_lower'])}"
-            rows.append((f"{other['unit']}-level", f"<= {format_upper(other['epsilon'])}{lower}   (same plan, "
+            label = other.get("view") or f"{other['unit']}-level"
+            rows.append((label, f"<= {format_upper(other['epsilon'])}{lower}   (same plan, "
                          f"{relation_label(other['relation'])}, {other['accountant'].upper()}; see below)"))
         if self.claim and "epsilon" in self.claim:
             rows.append(("claimed", f"epsilon = {self.claim['epsilon']:g} ({self.claim.get('source', 'no source given')})"))
@@ -155,7 +156,7 @@ class Report:
         lines += ["", "Assumptions (the bound holds only if all of these are true):"]
         lines += [f"  - {a}" for a in self.assumptions]
         for other in self.other_units:
-            lines += ["", f"The {other['unit']}-level bound (epsilon <= {format_upper(other['epsilon'])}) assumes:",
+            lines += ["", f"The {other.get('view') or other['unit'] + '-level'} bound (epsilon <= {format_upper(other['epsilon'])}) assumes:",
                       f"  - {other['how']}"]
             lines += [f"  - note: {n}" for n in other["notes"]]
         if self.warnings:

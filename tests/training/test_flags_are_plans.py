@@ -96,3 +96,60 @@ def test_a_flag_runs_saved_plan_certifies_the_runs_numbers(argv, tmp_path, capsy
     assert by_view[run["view"]]["epsilon"] == run["epsilon"] != "inf"
     # every view with a guarantee has its ledger, holding the plan's event as often as the plan charges it
     assert all(v["ledger_matches_plan"] for v in run["views"] if v["event"] is not None), run["views"]
+
+
+def test_a_saved_plan_of_an_inner_dp_algorithm_runs_again_and_calibrates_its_inner_noise(tmp_path, capsys):
+    # dp-agrlr against the server: the plan's [release] carries the inner loop; run with --plan it reproduces the
+    # flag run's report, and --epsilon calibrates release.inner_noise (the noise that unit is charged on)
+    saved, flags, planned, tuned = (tmp_path / n for n in ("p.toml", "flags", "planned", "tuned"))
+    common = ["--data", "glyphs", "--first-order", "--eval-tasks", "2"]
+    assert main(["train", "dp-agrlr", "--unit", "record-vs-server", "--noise", "1.0", "--inner-noise", "3.0",
+                 "--steps", "2", "--meta-batch", "4", "--pool", "40", "--save-plan", str(saved), "--out", str(flags),
+                 *common]) == 0
+    text = saved.read_text()
+    assert 'against = "server"' in text and 'form = "local_noise"' in text and "inner_noise = 3.0" in text
+    assert main(["train", "dp-agrlr", "--plan", str(saved), "--out", str(planned), *common]) == 0
+    a, b = (json.loads((d / "privacy_report.json").read_text()) for d in (flags, planned))
+    assert a["epsilon"] == b["epsilon"] and a["view"] == b["view"] == "record-vs-server"
+    assert [o["epsilon"] for o in a["other_units"]] == [o["epsilon"] for o in b["other_units"]]
+    capsys.readouterr()
+    assert main(["train", "dp-agrlr", "--plan", str(saved), "--epsilon", "3", "--out", str(tuned), *common]) == 0
+    said = capsys.readouterr().out
+    assert "noise calibrated to the plan's budget: release.inner_noise = " in said
+    report = json.loads((tuned / "privacy_report.json").read_text())
+    assert report["epsilon"] <= 3.0 and report["epsilon"] == pytest.approx(3.0, rel=2e-3)
+    config = json.loads((tuned / "run.json").read_text())["config"]
+    assert config["noise_multiplier"] == 1.0 and config["inner_noise"] != 3.0
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--inner-noise", "2.0"], "--inner-noise 2.0 contradicts the plan (release.inner_noise = 3"),
+    (["--inner-steps", "2"], "--inner-steps 2 contradicts the plan (release.inner_steps = 1"),
+    (["--inner-noise", "2.0", "--epsilon", "1"], "--inner-noise and --epsilon"),
+])
+def test_flags_that_contradict_a_plans_release_are_refused(tmp_path, capsys, flags, words):
+    plan = tmp_path / "p.toml"
+    plan.write_text("""name = "x"
+unit = "record"
+against = "server"
+delta = 1e-5
+steps = 2
+record_multiplicity = 40
+[sampling]
+scheme = "balls_in_bins"
+population = 40
+batch_size = 4
+[noise]
+mechanism = "gaussian"
+multiplier = 1.0
+[release]
+form = "local_noise"
+inner_steps = 1
+inner_noise = 3.0
+query_per_task = 5
+first_order = true
+""")
+    out = tmp_path / "run"
+    assert main(["train", "dp-agrlr", "--plan", str(plan), "--data", "glyphs", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and not out.exists()

@@ -156,8 +156,8 @@ def check_train_args(args) -> None:
         else:
             _check_maml_family(args)
     for name, value in DEFAULTS.items():
-        if getattr(args, "plan", None) and name in PLAN_FLAGS:
-            continue
+        if getattr(args, "plan", None) and (name in PLAN_FLAGS or name == "inner_steps"):
+            continue  # the plan decides (a plan's [release] sets inner_steps; the command fills it in otherwise)
         if getattr(args, name, None) is None:
             setattr(args, name, value)
 

@@ -47,6 +47,7 @@ from metadp.training.engines import flower as flower_engine
 from metadp.training.engines.federated import flower_refusal
 from metadp.training.run.parser import CLI_OBFUSCATIONS
 from metadp.plan import check_plan_certifies
+from metadp.plan_solve import noise_keys
 from metadp.training.run.plan_command import calibrated, check_plan_flags, config_table, load_run_plan, save_plan
 from metadp.training.run.plan_run import fresh_episodes, plan_settings
 from metadp.training.algorithms.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
@@ -247,10 +248,13 @@ def _prepared_plan(args, alg):
         if why is not None:
             raise ValueError(why)
     if args.epsilon is not None:
-        was = plan.noise.multiplier
+        keys = noise_keys(table)
+        was = ", ".join(f"{table[k.split('.')[0]][k.split('.')[1]]:g}" for k in keys)
         plan, table, z = calibrated(table, args.epsilon)
-        print(f"noise calibrated to the plan's budget: noise.multiplier = {z:.6g} (the file says {was:g}); the plan's "
-              f"{plan.unit} epsilon <= {args.epsilon:g} at delta {plan.delta:g}")
+        print(f"noise calibrated to the plan's budget: {' = '.join(keys)} = {z:.6g} (the file says {was}); the plan's "
+              f"{plan.units()[0].key} epsilon <= {args.epsilon:g} at delta {plan.delta:g}")
+    if args.inner_steps is None:
+        args.inner_steps = plan.release.inner_steps if plan.release is not None else 1
     if alg.private:
         check_plan_certifies(plan)
     size = plan_run_size(plan, args.data, args.inner_steps, args.device)
@@ -266,13 +270,16 @@ def _prepared_plan(args, alg):
 
 def _plan_config(args, plan, alg, inner_lr: float) -> TrainConfig:
     """The run's configuration: the plan's privacy settings (``plan_settings``) and the flags' optimisation ones."""
-    settings = plan_settings(plan, alg)
+    flags = dict(inner_steps=args.inner_steps, inner_lr=inner_lr,
+                 outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
+                 first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
+                 chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
+    if args.inner_clip is not None:
+        flags["inner_clip"] = args.inner_clip
+    flags.update(plan_settings(plan, alg))  # the plan's privacy settings (its [release]'s too) win
     if args.clip_policy is not None and clip_rule(args.clip_policy).from_released:
-        settings["clip_policy"] = args.clip_policy  # post-processing of the released sums: the plan's accounting holds
-    return TrainConfig(algorithm=args.algorithm, **settings, inner_steps=args.inner_steps, inner_lr=inner_lr,
-                       outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
-                       first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
-                       chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
+        flags["clip_policy"] = args.clip_policy  # post-processing of the released sums: the plan's accounting holds
+    return TrainConfig(algorithm=args.algorithm, **flags)
 
 
 def _print_plan_run(args, plan, alg, report: dict) -> None:
@@ -286,11 +293,11 @@ def _print_plan_run(args, plan, alg, report: dict) -> None:
     if not alg.private:
         print("non-private: no privacy guarantee (the plan's sampling and steps, without clipping or noise)")
         return
-    print(f"  {report['unit']} [the plan's unit]: epsilon <= {format_upper(float(report['epsilon']))} (upper bound, "
+    print(f"  {report['view']} [the plan's unit]: epsilon <= {format_upper(float(report['epsilon']))} (upper bound, "
           f"{report['accountant'].upper()}) at delta = {report['delta']:g}, {report['relation'].replace('_', '/')} "
           "neighbours")
     for other in report["other_units"]:
-        print(f"  {other['unit']}: epsilon <= {format_upper(float(other['epsilon']))} (upper bound, "
+        print(f"  {other['view']}: epsilon <= {format_upper(float(other['epsilon']))} (upper bound, "
               f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
               f"{other['relation'].replace('_', '/')} neighbours")
     source = (f"`metadp plan {args.plan}`" if args.epsilon is None else

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from metadp.accounting.adaptive_clipping import sum_noise_multiplier
 from metadp.plan import Plan, load_plan
-from metadp.plan_solve import calibrate_plan
+from metadp.plan_solve import calibrate_plan, noise_keys
 from metadp.sampling import RUN_SCHEMES, of_lot
 from metadp.training.algorithms.clipping import clip_rule
 from metadp.training import algorithms
@@ -94,6 +94,7 @@ def check_plan_flags(args, plan: Plan) -> None:
                 said = f"'{plan.sampling.scheme}'"
             raise ValueError(f"{_flag(name)} {given} contradicts the plan ({_key(plan, name)} = {said} in "
                              f"{args.plan}): drop {_flag(name)}, or edit the plan")
+    check_release_flags(args, plan)
     if args.shots is not None and not fresh_episodes(plan):
         raise ValueError("--shots applies to plans with [[hierarchy]] levels (support examples per class of a fresh "
                          "episode); drop it")
@@ -102,12 +103,34 @@ def check_plan_flags(args, plan: Plan) -> None:
 
 
 def calibrated(table: Dict[str, Any], epsilon: float) -> Tuple[Plan, Dict[str, Any], float]:
-    """The plan with its noise multiplier calibrated so that its unit's epsilon at its delta is at most
-    ``epsilon`` (certified): (plan, table, multiplier)."""
+    """The plan with its noise calibrated so that its unit's epsilon at its delta is at most ``epsilon``
+    (certified; ``plan_solve.noise_keys``: the sum's multiplier, the inner noise, or both): (plan, table,
+    noise)."""
     solved = calibrate_plan(table, "noise", epsilon)
     table = copy.deepcopy(table)
-    table["noise"] = dict(table["noise"], multiplier=solved.value)
+    for key in noise_keys(table):
+        part, name = key.split(".")
+        table[part] = dict(table[part], **{name: solved.value})
     return solved.plan, table, solved.value
+
+
+def check_release_flags(args, plan: Plan) -> None:
+    """Refuses ``--inner-noise``, ``--inner-steps`` or ``--first-order`` where they contradict the plan's
+    ``[release]`` (which then sets them)."""
+    release = plan.release
+    if release is None:
+        return
+    for name, want in (("inner_noise", release.inner_noise), ("inner_steps", release.inner_steps)):
+        given = getattr(args, name, None)
+        if given is not None and name == "inner_noise" and args.epsilon is not None:
+            raise ValueError("--inner-noise and --epsilon: with --plan, --epsilon calibrates the plan's noise; give one "
+                             "of them")
+        if given is not None and not math.isclose(given, want, rel_tol=1e-12):
+            raise ValueError(f"{_flag(name)} {given} contradicts the plan (release.{name} = {want:g} in {args.plan}): "
+                             f"drop {_flag(name)}, or edit the plan")
+    if args.first_order and release.form in ("example_clip", "local_noise") and not release.first_order:
+        raise ValueError(f"--first-order contradicts the plan (release.first_order = false in {args.plan}): its "
+                         "guarantees are for second-order meta-gradients; drop --first-order, or edit the plan")
 
 
 def config_table(config, population: int, record_multiplicity: int, query_per_task: int = 1,
