@@ -47,6 +47,7 @@ class Sampling:
     relations: ClassVar[Tuple[str, ...]] = ("add_remove",)  # the relations a plan may state
     relation_note: ClassVar[str] = ""  # why, appended to the refusal of another relation
     charge: ClassVar[str] = "step"  # what one event is charged for: "step" or "pass"
+    draws_each_unit: ClassVar[bool] = False  # a step draws once per unit of the population (a run's size estimate)
     citations: ClassVar[Tuple[str, ...]] = ()  # keys in metadp.citations
     warnings: ClassVar[Tuple[str, ...]] = ()  # what every report of it must say
     basis: ClassVar[str] = ""  # the theorem, in words (training reports)

@@ -45,6 +45,7 @@ class Poisson(_TaskSlots, Sampling):
     rate: float
     population: Optional[int] = None
     batch_size: Optional[int] = None  # the expected batch, where the plan gave it
+    draws_each_unit: ClassVar[bool] = True  # one Bernoulli draw per unit a step
     # how each task is drawn from records (the record view); not part of the task sampling itself: the plan
     # compares its own hierarchy
     hierarchy: Optional[Hierarchy] = dataclasses.field(default=None, compare=False)

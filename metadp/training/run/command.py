@@ -37,6 +37,7 @@ import torch
 from tqdm import tqdm
 
 from metadp.report import format_upper
+from metadp.sampling import of_lot
 from metadp.training.algorithms.clipping import clip_rule
 from metadp.training import algorithms
 from metadp.training.data import setups as data_setups
@@ -325,9 +326,9 @@ def _folder(path):
 def _check_flag_run_size(args, alg) -> bool:
     """Refuses a flag run that cannot end (``run_size``), before any data is loaded; True when its estimate is long
     enough that the run says so now and shows its bar from step 0."""
-    sampler = args.sampler or alg.default_sampler
+    scheme = of_lot(args.sampler or alg.default_sampler, args.pool, min(args.meta_batch, args.pool))
     size = estimate_run(args.data, args.steps, min(args.meta_batch, args.pool), args.pool, inner_steps=args.inner_steps,
-                        poisson=sampler == "poisson", device=args.device)
+                        poisson=scheme.draws_each_unit, device=args.device)
     check_run_size(size, force_long=args.force_long, steps_name="--steps", pool_name="--pool", batch_name="--meta-batch")
     return say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
 

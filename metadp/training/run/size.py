@@ -110,7 +110,7 @@ def plan_run_size(plan, data: str, inner_steps: int = 1, device: str = "cpu") ->
     tasks = episodes if episodes is not None else (scheme.expected_batch or population)
     pool = 0 if episodes is not None or plan.hierarchy is not None else population
     return estimate_run(data, plan.steps, float(tasks), pool, inner_steps=inner_steps,
-                        poisson=scheme.scheme == "poisson", device=device)
+                        poisson=scheme.draws_each_unit, device=device)
 
 
 def say_estimate(size: RunSize, what: str, file) -> bool:
