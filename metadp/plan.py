@@ -24,7 +24,7 @@ from metadp.accounting.certify import accountant_names, certify, supporting
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
-from metadp.releases import Release
+from metadp.releases import Release, plan_against, plan_release
 from metadp.report import Report, build_report
 from metadp.units import unit_views
 from metadp.sampling import NOT_IN_PLANS, SCHEMES, Sampling, parse_hierarchy
@@ -204,8 +204,8 @@ class Plan:
             if key not in CITATIONS:
                 raise ValueError(f"references contains unknown citation key {key!r}")
         multiplicity = _record_multiplicity(d, unit, sampling, noise, hierarchy)
-        release = _release(d, noise, multiplicity)
-        against = _against(d, unit, release)
+        release = plan_release(d, noise, multiplicity)
+        against = plan_against(d, unit, release)
         if release is not None and relation != sampling.relation:
             raise ValueError(f"relation must be '{sampling.relation}' with release.form = '{release.form}' (the "
                              "release's guarantees are derived under the scheme's own relation)")
@@ -297,38 +297,6 @@ def _record_multiplicity(d: Mapping, unit: str, sampling: Sampling, noise: Noise
     if getattr(sampling, "population", None) is None:
         raise ValueError("record_multiplicity needs sampling.population (the fixed pool of tasks)")
     return k
-
-
-def _release(d: Mapping, noise: NoiseSpec, multiplicity: Optional[int]) -> Optional[Release]:
-    """``[release]`` (``metadp.releases``): None for the default, each task's contribution clipped (task_clip)."""
-    if "release" not in d:
-        if noise.mechanism == "none" and multiplicity is None:
-            raise ValueError("noise.mechanism = 'none' describes a fixed pool of tasks (give record_multiplicity) "
-                             "whose releases carry no central noise: a baseline, or release.form = 'inner_dp'")
-        return None
-    release = Release.from_table(d["release"], allow_zero_noise=noise.clip == "none")
-    if multiplicity is None:
-        raise ValueError("[release] describes the tasks of a fixed pool: give record_multiplicity (each record is in at "
-                         "most that many tasks)")
-    if release.form == "inner_dp" and noise.mechanism != "none":
-        raise ValueError("release.form = 'inner_dp' adds its noise inside each task and none to the sum: it needs "
-                         "noise.mechanism = 'none'")
-    if noise.count_noise is not None and release.form not in ("task_clip", "local_noise"):
-        raise ValueError(f"noise.count_noise (quantile clipping of each task's contribution) does not apply to "
-                         f"release.form = '{release.form}', which clips each example's gradient")
-    return None if release.form == "task_clip" else release
-
-
-def _against(d: Mapping, unit: str, release: Optional[Release]) -> Optional[str]:
-    """``against = "server"``: the record's guarantee against the server that sees each task's noisy update."""
-    if "against" not in d:
-        return None
-    if d["against"] != "server":
-        raise ValueError(f"against must be 'server' (the party that sees each client's update), got {d['against']!r}")
-    if release is None or release.form != "local_noise" or unit != "record":
-        raise ValueError("against = 'server' applies to unit = 'record' with release.form = 'local_noise' (each client "
-                         "noises its own update, which the server sees)")
-    return "server"
 
 
 def _hierarchy(d: Mapping, sampling: Sampling, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:

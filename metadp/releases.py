@@ -75,7 +75,7 @@ from metadp.core.validation import check_count, check_positive
 from metadp.sampling import Guarantee, Sampling
 from metadp.sampling.guarantee import EVERYONE
 
-__all__ = ["Release", "FORMS", "release_views", "REFS"]
+__all__ = ["Release", "FORMS", "release_views", "plan_release", "plan_against", "REFS"]
 
 FORMS = ("task_clip", "example_clip", "local_noise", "inner_dp")
 """The forms a release takes (module docstring); ``task_clip`` is a plan's default."""
@@ -182,6 +182,39 @@ class Release:
         if self.form == "example_clip" and key == "record":
             return ("noise", "inner_noise")
         return ("noise",)
+
+
+def plan_release(d: Mapping[str, Any], noise, multiplicity: Optional[int]) -> Optional[Release]:
+    """A plan's ``[release]``, checked against its ``noise`` (``metadp.plan.NoiseSpec``) and
+    ``record_multiplicity``: None for the default, each task's contribution clipped (task_clip)."""
+    if "release" not in d:
+        if noise.mechanism == "none" and multiplicity is None:
+            raise ValueError("noise.mechanism = 'none' describes a fixed pool of tasks (give record_multiplicity) "
+                             "whose releases carry no central noise: a baseline, or release.form = 'inner_dp'")
+        return None
+    release = Release.from_table(d["release"], allow_zero_noise=noise.clip == "none")
+    if multiplicity is None:
+        raise ValueError("[release] describes the tasks of a fixed pool: give record_multiplicity (each record is in at "
+                         "most that many tasks)")
+    if release.form == "inner_dp" and noise.mechanism != "none":
+        raise ValueError("release.form = 'inner_dp' adds its noise inside each task and none to the sum: it needs "
+                         "noise.mechanism = 'none'")
+    if noise.count_noise is not None and release.form not in ("task_clip", "local_noise"):
+        raise ValueError(f"noise.count_noise (quantile clipping of each task's contribution) does not apply to "
+                         f"release.form = '{release.form}', which clips each example's gradient")
+    return None if release.form == "task_clip" else release
+
+
+def plan_against(d: Mapping[str, Any], unit: str, release: Optional[Release]) -> Optional[str]:
+    """``against = "server"``: the record's guarantee against the server that sees each task's noisy update."""
+    if "against" not in d:
+        return None
+    if d["against"] != "server":
+        raise ValueError(f"against must be 'server' (the party that sees each client's update), got {d['against']!r}")
+    if release is None or release.form != "local_noise" or unit != "record":
+        raise ValueError("against = 'server' applies to unit = 'record' with release.form = 'local_noise' (each client "
+                         "noises its own update, which the server sees)")
+    return "server"
 
 
 def _inner_noise(value, allow_zero: bool) -> float:
