@@ -17,6 +17,7 @@ from metadp.accounting import calibration
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.plan import Plan
+from metadp.releases import noise_keys as release_noise_keys
 
 __all__ = ["SOLVABLE", "Solved", "Unreachable", "calibrate_plan", "noise_keys"]
 
@@ -37,28 +38,19 @@ class Solved:
 
 
 def noise_keys(d: Mapping[str, Any]) -> Tuple[str, ...]:
-    """The plan keys that "the noise" of plan ``d`` sets for its own unit's guarantee: ``noise.multiplier`` (the
-    released sum's z), ``release.inner_noise`` (z_in inside each task, for a guarantee charged per visit), or both
-    (sample-level DP-MAML's record: dp-maml.txt Alg. 2 uses one z for both; ``metadp.releases``)."""
+    """The plan keys that "the noise" of plan ``d`` (a plan file's table) sets for its own unit's guarantee
+    (``metadp.releases.noise_keys`` of its release's form and its unit's view)."""
     release = d.get("release")
-    if not isinstance(release, Mapping) or release.get("form", "task_clip") == "task_clip":
-        return ("noise.multiplier",)
-    form = release.get("form")
-    if d.get("against") == "server" or (form == "inner_dp" and d.get("unit") == "record"):
-        return ("release.inner_noise",)
-    if form == "example_clip" and d.get("unit") == "record":
-        return ("noise.multiplier", "release.inner_noise")
-    return ("noise.multiplier",)
+    form = release.get("form", "task_clip") if isinstance(release, Mapping) else "task_clip"
+    return release_noise_keys(form, "record-vs-server" if d.get("against") == "server" else d.get("unit"))
 
 
 def _with(d: Mapping[str, Any], *, noise=None, steps=None, rate=None) -> Plan:
     d = copy.deepcopy(dict(d))
     if noise is not None:
-        keys = noise_keys(d)
-        if "noise.multiplier" in keys:
-            d["noise"] = dict(d.get("noise", {"mechanism": "gaussian"}), multiplier=noise)
-        if "release.inner_noise" in keys:
-            d["release"] = dict(d["release"], inner_noise=noise)
+        for key in noise_keys(d):
+            part, name = key.split(".")
+            d[part] = dict(d.get(part, {"mechanism": "gaussian"} if part == "noise" else {}), **{name: noise})
     if steps is not None:
         d["steps"] = steps
     if rate is not None:

@@ -75,7 +75,7 @@ from metadp.core.validation import check_count, check_positive
 from metadp.sampling import Guarantee, Sampling
 from metadp.sampling.guarantee import EVERYONE
 
-__all__ = ["Release", "FORMS", "release_views", "plan_release", "plan_against", "REFS"]
+__all__ = ["Release", "FORMS", "release_views", "noise_keys", "plan_release", "plan_against", "REFS"]
 
 FORMS = ("task_clip", "example_clip", "local_noise", "inner_dp")
 """The forms a release takes (module docstring); ``task_clip`` is a plan's default."""
@@ -144,7 +144,7 @@ class Release:
         if self.form == "task_clip":
             return None
         out: Dict[str, Any] = {"form": self.form, "inner_steps": self.inner_steps, "inner_noise": self.inner_noise}
-        if self.form in _QUERY:
+        if self.per_example_queries:
             out.update(query_per_task=self.query_per_task, first_order=self.first_order)
         return out
 
@@ -163,10 +163,17 @@ class Release:
                          "noise (task-global DP: the meta-learner sees each update)"),
         }[self.form]
 
+    @classmethod
+    def of(cls, form: str, *, inner_steps: int = 1, inner_noise: float = math.inf, query_per_task: int = 1,
+           first_order: bool = True) -> "Release":
+        """The release of ``form``, keeping only the settings that apply to it (an algorithm's, from its run)."""
+        return cls(form, inner_steps if form in _INNER else 1, inner_noise if form in _INNER else math.inf,
+                   query_per_task if form in _QUERY else 1, first_order if form in _QUERY else True)
+
     @property
-    def central_noise(self) -> bool:
-        """The released sum carries central noise z C (all forms but ``inner_dp``)."""
-        return self.form != "inner_dp"
+    def per_example_queries(self) -> bool:
+        """Each task's query gradients are clipped one by one (``query_per_task``, ``first_order`` apply)."""
+        return self.form in _QUERY
 
     @property
     def views_keys(self) -> Tuple[str, ...]:
@@ -174,14 +181,16 @@ class Release:
         return {"task_clip": ("task", "record"), "example_clip": ("record", "task"),
                 "local_noise": ("task", "record", "record-vs-server"), "inner_dp": ("record", "task")}[self.form]
 
-    def calibrated(self, key: str) -> Tuple[str, ...]:
-        """Which noise sets the budget of view ``key``: "noise" (z), "inner_noise" (z_in) or both (sample-level
-        DP-MAML's record view: dp-maml.txt Alg. 2 uses one z for both)."""
-        if key == "record-vs-server" or (self.form == "inner_dp" and key == "record"):
-            return ("inner_noise",)
-        if self.form == "example_clip" and key == "record":
-            return ("noise", "inner_noise")
-        return ("noise",)
+
+def noise_keys(form: str, key: str) -> Tuple[str, ...]:
+    """The plan keys whose noise sets the budget of view ``key`` of a release of ``form``: ``noise.multiplier``
+    (the released sum's z), ``release.inner_noise`` (z_in, for a view charged on the inner loop alone), or both
+    (sample-level DP-MAML's record: dp-maml.txt Alg. 2 uses one z for both)."""
+    if key == "record-vs-server" or (form == "inner_dp" and key == "record"):
+        return ("release.inner_noise",)
+    if form == "example_clip" and key == "record":
+        return ("noise.multiplier", "release.inner_noise")
+    return ("noise.multiplier",)
 
 
 def plan_release(d: Mapping[str, Any], noise, multiplicity: Optional[int]) -> Optional[Release]:

@@ -8,6 +8,7 @@ refused with one line and status 2 before anything is written.
 
 import json
 import math
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ torch = pytest.importorskip("torch")
 from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.cli import main  # noqa: E402
 from metadp.plan import loads_plan  # noqa: E402
+from metadp.sampling import BallsInBins  # noqa: E402
 from metadp.training import algorithms  # noqa: E402
 from metadp.training.data import sources as data  # noqa: E402
 from metadp.training.algorithms import models  # noqa: E402
@@ -402,35 +404,30 @@ def test_a_pool_whose_records_repeat_more_than_the_plan_says_is_refused(tmp_path
     assert "a record is in up to 2 tasks of this pool, the plan's record_multiplicity is 1" in err
 
 
-def test_a_one_pass_flag_run_saves_its_balls_in_bins_plan(tmp_path, capsys):
+@pytest.mark.parametrize("pool, steps, table, passes", [
+    (40, 12, {"batch_size": 4}, 2),  # 10 steps a pass: two passes, the partial second charged in full
+    # 42 tasks, about 4 a step: 10 steps a pass, which no batch_size states (42 / 10 is no whole batch), so the plan
+    # says sampling.steps_per_pass (it had no plan form before issue 29)
+    (42, 3, {"steps_per_pass": 10}, 1),
+])
+def test_a_one_pass_flag_run_saves_its_balls_in_bins_plan(tmp_path, capsys, pool, steps, table, passes):
     # --sampler one-pass is random allocation: its plan is balls_in_bins, certified as the run charged it
     saved, out = tmp_path / "one_pass.toml", tmp_path / "run"
-    assert main(["train", "dp-agr", "--data", "sinusoid", "--sampler", "one-pass", "--noise", "1.0", "--steps", "12",
-                 "--meta-batch", "4", "--pool", "40", "--eval-tasks", "10", "--save-plan", str(saved),
+    assert main(["train", "dp-agr", "--data", "sinusoid", "--sampler", "one-pass", "--noise", "1.0", "--steps",
+                 str(steps), "--meta-batch", "4", "--pool", str(pool), "--eval-tasks", "5", "--save-plan", str(saved),
                  "--out", str(out)]) == 0
     plan = loads_plan(saved.read_text())
-    assert plan.sampling.scheme == "balls_in_bins" and plan.sampling.steps_per_pass == 10
-    views = {v["view"]: v for v in json.loads((out / "privacy_report.json").read_text())["views"]}
-    planned = _plan_json(str(saved), capsys)
-    assert views["task"]["charges"] == 2  # 12 steps: two passes, the partial second charged in full
-    assert planned["epsilon"] == pytest.approx(views["task"]["epsilon"], rel=1e-9)
-    record = next(o for o in planned["other_units"] if o["unit"] == "record")
-    assert record["epsilon"] == pytest.approx(views["record"]["epsilon"], rel=1e-9)
-
-
-def test_a_one_pass_run_whose_passes_do_not_cut_the_pool_saves_its_steps_per_pass(tmp_path, capsys):
-    # 42 tasks, about 4 a step: 10 steps a pass, which batch_size cannot state (42 / 10 is no whole batch), so the
-    # plan says sampling.steps_per_pass (it had no plan form before issue 29)
-    saved, out = tmp_path / "p.toml", tmp_path / "run"
-    assert main(["train", "dp-agr", "--data", "sinusoid", "--sampler", "one-pass", "--noise", "1.0", "--steps", "3",
-                 "--meta-batch", "4", "--pool", "42", "--eval-tasks", "5", "--save-plan", str(saved),
-                 "--out", str(out)]) == 0
-    plan = loads_plan(saved.read_text())
-    assert plan.sampling.scheme == "balls_in_bins" and plan.sampling.population == 42
-    assert plan.sampling.steps_per_pass == 10 and "batch_size" not in saved.read_text()
+    assert plan.sampling == BallsInBins(pool, 10)
+    written = tomllib.loads(saved.read_text())["sampling"]
+    assert written == {"scheme": "balls_in_bins", "population": pool, **table}
     report = json.loads((out / "privacy_report.json").read_text())
+    views = {v["view"]: v for v in report["views"]}
     planned = _plan_json(str(saved), capsys)
-    assert report["epsilon"] == planned["epsilon"] and report["epsilon_lower"] == planned["epsilon_lower"]
+    assert views["task"]["charges"] == passes
+    assert report["epsilon"] == planned["epsilon"] == views["task"]["epsilon"]
+    assert report["epsilon_lower"] == planned["epsilon_lower"]
+    record = next(o for o in planned["other_units"] if o["unit"] == "record")
+    assert record["epsilon"] == views["record"]["epsilon"]
 
 
 def test_a_federated_population_runs_a_plan_that_declares_record_multiplicity():

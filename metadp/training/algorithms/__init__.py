@@ -114,10 +114,6 @@ class Algorithm:
         random visits)."""
         return unit == "record-vs-server"
 
-    def calibrated_noise(self, unit: str) -> Tuple[str, ...]:
-        """The ``TrainConfig`` noise fields that calibration sets for a budget on ``unit``."""
-        return ("inner_noise",) if self.charged_per_visit(unit) else ("noise_multiplier",)
-
     # -- the step --------------------------------------------------------------------------------
     def bounded(self, c) -> bool:
         """Every release of ``c`` (a ``TrainConfig``) has positive noise on a finite clip."""
@@ -144,10 +140,8 @@ class Algorithm:
     def release(self, *, inner_noise: float = math.inf, inner_steps: int = 1, query_per_task: int = 1,
                 first_order: bool = True) -> Release:
         """What one step of this algorithm releases (``metadp.releases``; a plan's ``[release]``)."""
-        inner = self.form != "task_clip"
-        queries = self.form in ("example_clip", "local_noise")
-        return Release(self.form, inner_steps if inner else 1, inner_noise if inner else math.inf,
-                       query_per_task if queries else 1, first_order if queries else True)
+        return Release.of(self.form, inner_steps=inner_steps, inner_noise=inner_noise, query_per_task=query_per_task,
+                          first_order=first_order)
 
     def views(self, plan: Sampling, *, noise: float, inner_noise: float, inner_steps: int, query_per_task: int,
               record_multiplicity: int, first_order: bool) -> Tuple[Guarantee, ...]:
@@ -193,11 +187,6 @@ class SampleLevel(Algorithm):
 
     def update_scale(self, expected: float, query_per_task: int) -> float:
         return expected if self.local_noise else expected * query_per_task  # the client sends its mean
-
-    def calibrated_noise(self, unit: str) -> Tuple[str, ...]:
-        if unit == "record" and not self.central_clip:  # dp-maml.txt Alg. 2 uses one z for both
-            return ("noise_multiplier", "inner_noise")
-        return super().calibrated_noise(unit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,7 +128,7 @@ def check_release_flags(args, plan: Plan) -> None:
         if given is not None and not math.isclose(given, want, rel_tol=1e-12):
             raise ValueError(f"{_flag(name)} {given} contradicts the plan (release.{name} = {want:g} in {args.plan}): "
                              f"drop {_flag(name)}, or edit the plan")
-    if args.first_order and release.form in ("example_clip", "local_noise") and not release.first_order:
+    if args.first_order and release.per_example_queries and not release.first_order:
         raise ValueError(f"--first-order contradicts the plan (release.first_order = false in {args.plan}): its "
                          "guarantees are for second-order meta-gradients; drop --first-order, or edit the plan")
 

@@ -108,7 +108,7 @@ def plan_settings(plan: Plan, alg: Algorithm) -> Dict[str, Any]:
                         noise_multiplier=combined_noise_multiplier(z, plan.noise.count_noise))
     if plan.release is not None:
         settings.update(inner_noise=plan.release.inner_noise, inner_steps=plan.release.inner_steps)
-        if plan.release.form in ("example_clip", "local_noise"):
+        if plan.release.per_example_queries:
             settings["first_order"] = plan.release.first_order
     return settings
 

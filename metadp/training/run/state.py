@@ -83,7 +83,7 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
         raise ValueError(f"a record is in up to {data.record_multiplicity()} tasks of this pool, the plan's "
                          f"record_multiplicity is {plan.record_multiplicity}: its record-level bound would not hold "
                          "(raise record_multiplicity in the plan)")
-    if plan.release is not None and plan.release.form in ("example_clip", "local_noise") \
+    if plan.release is not None and plan.release.per_example_queries \
             and data.query_per_task != plan.release.query_per_task:
         raise ValueError(f"the tasks have {data.query_per_task} query examples each, the plan's "
                          f"release.query_per_task is {plan.release.query_per_task}: its guarantees would not hold")
