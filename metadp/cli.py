@@ -339,7 +339,7 @@ def _needs_torch(module: str, command: str):
 
 
 def _cmd_train(args) -> None:
-    _needs_torch("metadp.training.run.command", "metadp train").run_train(args)
+    return _needs_torch("metadp.training.run.command", "metadp train").run_train(args)
 
 
 _COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,
@@ -356,6 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     status = 0
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (metadp train --nproc starts it again)
         with Heartbeat(_WORK[args.command]):
             status = _COMMANDS[args.command](args) or 0
     except (_UsageError, ValueError) as err:

@@ -22,10 +22,19 @@ import threading
 import time
 from typing import Callable, Optional, TextIO
 
-__all__ = ["Heartbeat", "heartbeat_after"]
+__all__ = ["Heartbeat", "heartbeat_after", "silence"]
 
 _DEFAULT_AFTER = 3.0  # seconds before the first line
 _EVERY = 10.0  # seconds between later lines
+
+
+_SILENT = threading.Event()
+
+
+def silence() -> None:
+    """Stops every heartbeat of this process from printing (e.g. once other processes report the work:
+    ``metadp train --nproc`` starts them and waits)."""
+    _SILENT.set()
 
 
 def heartbeat_after() -> float:
@@ -85,6 +94,8 @@ class Heartbeat:
     def _beat(self) -> None:
         wait = self.after
         while not self._done.wait(wait):
+            if _SILENT.is_set():
+                return
             if not _bars_on_screen():
                 seconds = self._clock() - self._start
                 file = self._file if self._file is not None else sys.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 
 from metadp.sampling import of_lot
 from metadp.training.algorithms.clipping import clip_rule
@@ -140,6 +141,7 @@ def check_train_args(args) -> None:
     if args.norm is not None and not dataset.images:
         raise ValueError(f"--norm applies to image data (--data {' or '.join(datasets.names(images=True))}); "
                          f"{args.data} uses an MLP: drop it")
+    check_processes(args, protonet)
     if protonet:
         _check_protonet(args)
     else:
@@ -165,6 +167,22 @@ def check_train_args(args) -> None:
 def _check_save_plan(args) -> None:
     if getattr(args, "save_plan", None) and importlib.util.find_spec("tomli_w") is None:
         raise ValueError("--save-plan writes TOML with tomli-w, which is not installed: pip install 'metadp[train]'")
+
+
+def check_processes(args, protonet: bool) -> None:
+    """``--nproc``: meta-loop algorithms on the local engine; under torchrun, the number it started."""
+    nproc = getattr(args, "nproc", None)
+    if nproc is None or nproc == 1:
+        return
+    if protonet:
+        raise ValueError(f"--nproc applies to the meta-learning algorithms, not {args.algorithm}; drop it")
+    if getattr(args, "engine", None) == "flower":
+        raise ValueError("--nproc splits a step's tasks across local processes; --engine flower computes them on "
+                         "Flower clients: choose one")
+    started = os.environ.get("WORLD_SIZE")
+    if started is not None and started != str(nproc):
+        raise ValueError(f"--nproc {nproc}, but this process is one of {started} (WORLD_SIZE, e.g. from torchrun): "
+                         "drop --nproc under torchrun, or give the same number")
 
 
 def _check_numbers(args) -> None:
@@ -193,6 +211,7 @@ def _check_numbers(args) -> None:
     _whole(args, "pool", 1)
     _whole(args, "inner_steps", algorithms.get(args.algorithm).min_inner_steps)
     _whole(args, "chunk_size", 1)
+    _whole(args, "nproc", 1)
     _whole(args, "checkpoint_every", 1)
     _whole(args, "seed", 0)
     _whole(args, "eval_tasks", 1)

@@ -27,15 +27,19 @@ torch-free ``metadp.training.run.parser``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from metadp.heartbeat import silence
 from metadp.report import format_upper
 from metadp.sampling import of_lot
 from metadp.training.algorithms.clipping import clip_rule
@@ -43,7 +47,9 @@ from metadp.training import algorithms
 from metadp.training.data import setups as data_setups
 from metadp.training.data import datasets
 from metadp.training.run import folder as run_folder
-from metadp.training.run.arguments import check_device, check_train_args
+from metadp.training.run import processes, summary
+from metadp.training.engines.distributed import RankLost, RankStopped
+from metadp.training.run.arguments import check_device, check_processes, check_train_args
 from metadp.training.engines import flower as flower_engine
 from metadp.training.engines.federated import flower_refusal
 from metadp.training.run.parser import CLI_OBFUSCATIONS
@@ -68,7 +74,8 @@ class _Bar:
 
     def _made(self):
         if self.bar is None:
-            self.bar = tqdm(total=self.total, file=sys.stderr, desc=self.desc, leave=False)
+            self.bar = tqdm(total=self.total, file=sys.stderr, desc=self.desc, leave=False,
+                            disable=processes.rank() > 0)  # rank 0 shows a many-process run's progress
         return self.bar
 
     def show(self, step: int, postfix: dict) -> None:
@@ -216,7 +223,7 @@ def _run_plan(args) -> None:
             raise ValueError(f"--plan {args.plan} does not match --data {args.data}: {err}") from None
     inner_lr = args.inner_lr if args.inner_lr is not None else inner_lr
     config = _plan_config(args, plan, alg, inner_lr)
-    if args.save_plan:
+    if args.save_plan and not processes.rank():
         save_plan(args.save_plan, table)
     setup = {"--data": args.data, "--rotations": args.rotations, "--shots": args.shots,
              "--norm": args.norm if datasets.get(args.data).images else None, "--plan": table}
@@ -233,8 +240,10 @@ def _run_plan(args) -> None:
         else:
             result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
                            resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
+    if processes.rank():
+        return  # rank 0 evaluates and reports
     score, out = _evaluated(args, model, result, loss_fn, inner_lr)
-    _print_plan_run(args, plan, alg, result.report)
+    summary.print_plan_run(args, plan, alg, result.report)
     print(f"evaluation: {score}; files in {out}/")
 
 
@@ -283,42 +292,6 @@ def _plan_config(args, plan, alg, inner_lr: float) -> TrainConfig:
     return TrainConfig(algorithm=args.algorithm, **flags)
 
 
-def _print_plan_run(args, plan, alg, report: dict) -> None:
-    """A plan run's summary: steps, sampling, the engine's record, every unit's epsilon with its direction."""
-    print(f"{args.algorithm} ran the plan {plan.name!r} ({args.plan}): {report['steps_done']:,} of {plan.steps:,} "
-          f"steps; {plan.sampling.text('task')}")
-    if args.engine == "flower":
-        fed = report["federated"]
-        print(f"engine flower (Flower simulation): {fed['clients']:,} clients, one task each; "
-              f"{fed['updates_dropped']:,} of {fed['updates_asked']:,} asked updates dropped (counted as zero updates)")
-    if not alg.private:
-        print("non-private: no privacy guarantee (the plan's sampling and steps, without clipping or noise)")
-        return
-    print(f"  {report['view']} [the plan's unit]: epsilon <= {format_upper(float(report['epsilon']))} (upper bound, "
-          f"{report['accountant'].upper()}) at delta = {report['delta']:g}, {report['relation'].replace('_', '/')} "
-          "neighbours")
-    for other in report["other_units"]:
-        print(f"  {other['view']}: epsilon <= {format_upper(float(other['epsilon']))} (upper bound, "
-              f"{other['accountant'].upper()}) at delta = {report['delta']:g}, "
-              f"{other['relation'].replace('_', '/')} neighbours")
-    source = (f"`metadp plan {args.plan}`" if args.epsilon is None else
-              "`metadp plan` of the calibrated plan" + (f" ({args.save_plan})" if args.save_plan else ""))
-    print(_plan_promise(report, source))
-
-
-def _plan_promise(report, source: str) -> str:
-    """What a plan run's numbers are: ``source``'s (``metadp plan FILE``) for the steps run, or, where a resumed
-    run re-released the steps after its last checkpoint, how many releases were charged for how many steps."""
-    primary = next((v for v in report.get("views", []) if v.get("unit") == report.get("unit")), None)
-    charged = primary["charges"] if primary is not None and primary.get("charged_per") == "step" else None
-    if charged is not None and charged > report["steps_done"]:
-        return (f"  {charged:,} releases charged for {report['steps_done']:,} steps: the run was resumed after an "
-                f"interruption, and the steps after its last checkpoint were run again and charged again (every "
-                f"release is on the ledger, so the budget is safe); the epsilon above counts all {charged:,} "
-                f"({source} for {charged:,} steps), and training stopped there")
-    return f"  the same numbers as {source} for the steps run; every release is on each unit's ledger"
-
-
 def _folder(path):
     return None if path is None else str(path)
 
@@ -333,7 +306,53 @@ def _check_flag_run_size(args, alg) -> bool:
     return say_estimate(size, f"metadp train {args.algorithm}", sys.stderr)
 
 
-def run_train(args) -> None:
+def run_train(args):
+    """``metadp train``; with ``--nproc N`` (outside torchrun) it starts N processes of the same command."""
+    if (args.nproc or 1) > 1 and processes.world_size() < 2:
+        return _launch(args)
+    if processes.world_size() > 1:
+        return _as_rank(args)
+    return _run(args)
+
+
+def _launch(args) -> int:
+    """``--nproc N``: the refusals that need no data made once, here, then N processes of this command
+    (``processes.launch``); each process makes them again, silently where they pass."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        if args.plan is not None:
+            _prepared_plan(args, algorithms.get(args.algorithm))
+        else:
+            _check_inputs(args)
+            if algorithms.get(args.algorithm).meta_loop:
+                _check_flag_run_size(args, algorithms.get(args.algorithm))
+    silence()  # the processes report (rank 0)
+    return processes.launch(args.argv, args.nproc, args.out)
+
+
+def _as_rank(args):
+    """One process of a many-process run (``launch``'s or torchrun's): rank 0 runs and reports, the others
+    compute their shares (``engines.distributed``) and print nothing."""
+    check_processes(args, not algorithms.get(args.algorithm).meta_loop)  # before joining the others
+    args.device = processes.init_from_env(args.device)
+    if processes.rank():
+        sys.stdout = open(os.devnull, "w")
+    try:
+        return _run(args)
+    except RankStopped:
+        return 0  # rank 0 stopped with an error and said it
+    except RankLost as err:  # another process died: rank 0 says what the ledgers keep
+        if not processes.rank():
+            print(f"metadp: error: {err}; every release made is on the ledgers in {args.out} (each is written before "
+                  "it is used): continue with --resume", file=sys.stderr)
+        return 1
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(args) -> None:
     if args.plan is not None:
         return _run_plan(args)
     _check_inputs(args)
@@ -364,7 +383,7 @@ def run_train(args) -> None:
         print(f"noise calibrated to the budget of the {config.budget_unit} view: z = {config.noise_multiplier:.4g}, "
               f"z_in = {config.inner_noise:.4g} ({args.steps:,} steps fit epsilon <= {epsilon:g} at delta "
               f"{args.delta:g}, the tightest of the accountants that interpret its event: accounting.certify)")
-    if args.save_plan:
+    if args.save_plan and not processes.rank():
         save_plan(args.save_plan, config_table(config, pool.size, pool.record_multiplicity(), pool.query_per_task,
                                                name=f"metadp train {args.algorithm} --data {args.data}"))
         print(f"plan written to {args.save_plan} (metadp plan {args.save_plan} certifies it)")
@@ -385,25 +404,7 @@ def run_train(args) -> None:
 
         result = train(model, pool, loss_fn, config, args.out, device=args.device, progress=progress,
                        resume=args.resume, resume_changed=args.resume_changed, setup=setup, warn=warn)
+    if processes.rank():
+        return  # rank 0 evaluates and reports
     score, out = _evaluated(args, model, result, loss_fn, inner_lr)
-    _print_flag_run(args, result, config, private, score, out)
-
-
-def _print_flag_run(args, result, config, private: bool, score, out) -> None:
-    """A flag run's summary: steps, sampling, every unit's epsilon (with its direction) and the evaluation."""
-    sampling = result.report["sampling_run"]
-    print(f"{args.algorithm}: {len(result.losses):,} steps (last within budget: {result.last_step:,}); tasks sampled "
-          f"{result.report['sampling']['scheme']} from a fixed pool of {sampling['pool']:,} (expected "
-          f"{sampling['expected_batch']:.4g} a step)")
-    if not private:
-        print("non-private: no privacy guarantee")
-    for view in result.report["views"]:
-        budget = " [budget]" if view["view"] == config.budget_unit else ""
-        if view["epsilon"] is None:
-            print(f"  {view['view']}{budget}: no guarantee ({view['note']})")
-        else:
-            print(f"  {view['view']}{budget}: epsilon <= {format_upper(view['epsilon'])} (upper bound, "
-                  f"{view['accountant'].upper()}) at delta = "
-                  f"{args.delta:g}, {view['relation'].replace('_', '/')} neighbours, {view['charged_per']} charges; "
-                  f"against {view['adversary']}; {view['note']}")
-    print(f"evaluation: {score}; files in {out}/")
+    summary.print_flag_run(args, result, config, private, score, out)

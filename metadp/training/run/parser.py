@@ -100,6 +100,11 @@ def _optimisation_arguments(t, number) -> None:
                    help="steps between checkpoints and metrics lines (default 50; may change on --resume)")
     t.add_argument("--seed", type=number("--seed", int), default=0)
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (where available)")
+    t.add_argument("--nproc", type=number("--nproc", int),
+                   help="train with N processes (torch.distributed: gloo on CPU, NCCL with --device cuda, one GPU "
+                        "each): a step's tasks are split across them, the noise is drawn once, by rank 0, which "
+                        "writes the run; the same release as one process. Under torchrun, leave it out (or give "
+                        "torchrun's --nproc-per-node)")
 
 
 def _run_folder_arguments(t, number) -> None:

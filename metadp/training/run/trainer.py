@@ -67,6 +67,7 @@ from metadp.training.run import folder as run_folder
 from metadp.training.run.config import ALGORITHMS, SAMPLERS, TrainConfig, TrainResult
 from metadp.training.algorithms.contributions import resolve as contribution_of
 from metadp.training.algorithms.clipping import clip_rule
+from metadp.training.engines import distributed
 from metadp.training.engines.local import LOCAL
 from metadp.training.run.ledgers import json_safe
 from metadp.training.run.state import _Run, calibrate, config_plan, run_views, stream_seed
@@ -185,10 +186,30 @@ def train(model: torch.nn.Module, pool, loss_fn: Callable, config: TrainConfig, 
     release still charged, and says so through ``warn`` (default: a ``ResumeWarning``). Two runs never
     write into one folder at once (``run_folder.locked``).
 
+    Many processes (``torch.distributed`` initialised with more than one; ``engines.distributed``): call
+    ``train`` with the same arguments on every rank. Rank 0 runs this loop and writes every file; the other
+    ranks compute their shares of each step's tasks and return rank 0's result.
+
     Raises:
         ValueError: every refusal above (``LedgerError`` names a corrupt ledger's file and line).
         TrainingInterrupted: on Ctrl-C (a ``KeyboardInterrupt``), with where the run stopped.
+        distributed.RankStopped: on a rank other than 0, when rank 0 stopped with an error.
     """
+    here = distributed.world()
+    if here is not None and here.rank != 0:
+        return distributed.serve(model, pool, loss_fn, device, here)
+    if here is not None:
+        with distributed.Leader(pool, device, here) as lead:
+            lead.check(config, engine, audit)  # (the other ranks are in serve's first collective)
+            lead.result = _train(model, pool, loss_fn, config, out_dir, device, progress, resume, resume_changed,
+                                 setup, warn, plan, lead, audit)
+        return lead.result
+    return _train(model, pool, loss_fn, config, out_dir, device, progress, resume, resume_changed, setup, warn,
+                  plan, engine, audit)
+
+
+def _train(model, pool, loss_fn, config, out_dir, device, progress, resume, resume_changed, setup, warn, plan,
+           engine, audit) -> TrainResult:
     c = config
     out, record, state, changed, run = _prepared(pool, c, out_dir, device, resume, resume_changed, setup, plan,
                                                  _warn if warn is None else warn)
