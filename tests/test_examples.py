@@ -54,6 +54,8 @@ EXPECTED = {
                                          delta=1e-5, accountant="pld"),
     "train_omniglot_5way_paper.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=250,
                                            delta=1e-5, accountant="pld"),
+    "train_sinusoid_dp_maml_quick.toml": dict(unit="task", relation="add_remove", scheme="poisson", steps=100,
+                                              delta=1e-5, accountant="pld"),
     "train_omniglot_5way_task.toml": dict(unit="task", relation="add_remove", scheme="poisson", steps=400,
                                           delta=1e-5, accountant="pld"),
     "train_omniglot_5way_paper_task.toml": dict(unit="task", relation="add_remove", scheme="poisson", steps=250,
