@@ -25,6 +25,7 @@ class Score:
     half_width: float  # 1.96 standard errors over tasks
     n_tasks: int
     metric: str
+    per_task: tuple = dataclasses.field(default=(), repr=False, compare=False)  # each task's score, in order
 
     def __str__(self) -> str:
         if not math.isfinite(self.mean):  # a diverged model: in words, not "nan +- nan"
@@ -39,7 +40,8 @@ def _score(values: torch.Tensor, metric: str) -> Score:
     values = values.double()
     n = values.numel()
     sd = float(values.std(unbiased=True)) if n > 1 else math.nan
-    return Score(float(values.mean()), 1.96 * sd / math.sqrt(n) if n > 1 else math.nan, n, metric)
+    return Score(float(values.mean()), 1.96 * sd / math.sqrt(n) if n > 1 else math.nan, n, metric,
+                 tuple(values.cpu().tolist()))
 
 
 def evaluate_tasks(model, params, tasks: Sequence[torch.Tensor], loss_fn, steps: int, lr: float,
