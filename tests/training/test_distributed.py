@@ -197,3 +197,18 @@ def test_nproc_other_than_torchruns_is_refused(tmp_path, capsys, monkeypatch):
                  str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "WORLD_SIZE" in err and "torchrun" in err, err
+
+
+@pytest.mark.slow
+def test_torchrun_runs_the_same_command(tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.format(steps=6))
+    common = ["train", "dp-maml", "--plan", str(plan), "--data", "sinusoid", "--eval-tasks", "20"]
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                    "metadp", *common, "--out", str(tmp_path / "torchrun")], env=ENV, capture_output=True, text=True,
+                   timeout=600, check=True)
+    _train(common[1:], tmp_path / "one")
+    report = json.loads((tmp_path / "torchrun" / "privacy_report.json").read_text())
+    assert report["processes"] == 2
+    params = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["params"] for d in ("one", "torchrun")]
+    assert _max_difference(*params) < 1e-6

@@ -179,6 +179,12 @@ def check_processes(args, protonet: bool) -> None:
     if getattr(args, "engine", None) == "flower":
         raise ValueError("--nproc splits a step's tasks across local processes; --engine flower computes them on "
                          "Flower clients: choose one")
+    if str(getattr(args, "device", "cpu")).startswith("cuda"):
+        import torch
+
+        if torch.cuda.device_count() < nproc:
+            raise ValueError(f"--nproc {nproc} with --device {args.device}: one GPU a process, and torch sees "
+                             f"{torch.cuda.device_count()}")
     started = os.environ.get("WORLD_SIZE")
     if started is not None and started != str(nproc):
         raise ValueError(f"--nproc {nproc}, but this process is one of {started} (WORLD_SIZE, e.g. from torchrun): "
