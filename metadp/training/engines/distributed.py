@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
@@ -43,6 +44,7 @@ from metadp.training.algorithms import functional as F
 from metadp.training.algorithms.contributions import resolve as contribution_of
 from metadp.training.data.tasks import FreshEpisodes
 from metadp.training.engines.local import clip_or_measure
+from metadp.training.run.config import TrainResult
 
 __all__ = ["World", "world", "share", "Leader", "serve", "RankStopped", "RankLost"]
 
@@ -83,7 +85,9 @@ def _collective(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except RuntimeError as err:
         first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise RankLost(f"a process of this run is gone ({first.strip()[:160]})") from None
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first.strip())  # gloo's "[path/to/pair.cc:537] " prefix
+        said = first.split(". ")[0].rstrip(".")
+        raise RankLost(f"a process of this run is gone ({said[:200]})") from None
 
 
 def fingerprint(pool) -> str:
@@ -231,8 +235,6 @@ class Leader:
 def serve(model, pool, loss_fn, device: str, here: World):
     """A worker rank's part of ``train``: compute its share of every chunk rank 0 sends, until rank 0 stops.
     Returns the run's ``TrainResult`` (rank 0's); raises ``RankStopped`` when rank 0 stopped with an error."""
-    from metadp.training.run.config import TrainResult
-
     _collective(dist.all_gather_object, [None] * here.size, fingerprint(pool))  # Leader.check's
     params = {k: v.to(device) for k, v in F.param_dict(model).items()}
     gen = torch.Generator(device=device)
