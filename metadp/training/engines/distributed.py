@@ -135,14 +135,37 @@ def _part_sum(alg, model, params, tasks, rows, weights, loss_fn, c, gen, contrib
     return F.masked_sum(contributions, weights[part]), found, task_losses
 
 
-def _reduced(partial, params) -> Dict[str, torch.Tensor]:
-    """The partial sums reduced (SUM) to rank 0, each tensor shaped as its parameter (zeros for an empty part)."""
-    out = {}
-    for name, p in params.items():
-        t = partial[name].contiguous() if partial is not None else torch.zeros_like(p)
-        _collective(dist.reduce, t, dst=0, op=dist.ReduceOp.SUM)
-        out[name] = t
+def _flat(tensors) -> torch.Tensor:
+    """One buffer of the tensors (one collective instead of one per parameter); they share one dtype."""
+    tensors = list(tensors)
+    if len({t.dtype for t in tensors}) > 1:
+        raise ValueError("a run over several processes needs the model's parameters in one dtype, got "
+                         f"{sorted({str(t.dtype) for t in tensors})}")
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _unflat(flat: torch.Tensor, like: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    out, start = {}, 0
+    for name, p in like.items():
+        out[name] = flat[start:start + p.numel()].view_as(p)
+        start += p.numel()
     return out
+
+
+def _reduced(partial, params) -> Dict[str, torch.Tensor]:
+    """The partial sums reduced (SUM) to rank 0 in one collective, each tensor shaped as its parameter (zeros for
+    an empty part)."""
+    flat = _flat(partial[k] if partial is not None else torch.zeros_like(p) for k, p in params.items())
+    _collective(dist.reduce, flat, dst=0, op=dist.ReduceOp.SUM)
+    return _unflat(flat, params)
+
+
+def _broadcast_params(params: Dict[str, torch.Tensor]) -> None:
+    """Rank 0's parameters into every rank's ``params`` (in place), in one collective."""
+    flat = _flat(params.values())
+    _collective(dist.broadcast, flat, src=0)
+    for name, value in _unflat(flat, params).items():
+        params[name].copy_(value)
 
 
 def _gathered(norms, losses, size: int):
@@ -199,8 +222,7 @@ class Leader:
                    "threshold": threshold, "raw_norms": raw_norms})
             self.started = True
             if start == 0:
-                for p in params.values():
-                    _collective(dist.broadcast, p.contiguous(), src=0)
+                _collective(dist.broadcast, _flat(params.values()), src=0)
             part = share(chunk.numel(), self.world.size, 0)
             summed, found, task_losses = _part_sum(alg, model, params, tasks, chunk, w, loss_fn, c, run.noise_gen,
                                                    contribution, threshold, raw_norms, part)
@@ -253,8 +275,7 @@ def serve(model, pool, loss_fn, device: str, here: World):
             c = msg["config"]
             contribution = contribution_of(c.family)
         if msg["params"]:
-            for p in params.values():
-                _collective(dist.broadcast, p, src=0)
+            _broadcast_params(params)
         tasks = _tasks_of(msg["tasks"], pool, device)
         rows, weights = msg["rows"].to(device), msg["weights"].to(device)
         gen.set_state(msg["generator"])
