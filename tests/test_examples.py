@@ -62,7 +62,7 @@ EXPECTED = {
                                                 delta=1e-5, accountant="pld"),
 }
 
-SLOW_EXAMPLES = {"train_omniglot_5way_paper.toml", "train_omniglot_5way_paper_task.toml"}  # 1,600 episodes a step: ~18 s of PLD (checked under -m slow)
+SLOW_EXAMPLES = {"train_omniglot_5way_paper.toml"}  # 1,600 episodes a step: ~18 s of PLD (checked under -m slow)
 
 
 def _names(names=None):
