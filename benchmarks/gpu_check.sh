@@ -14,8 +14,11 @@
 # Environment: OUT (results folder; default a new temporary folder), METADP_DATA (the Omniglot zips; default
 # ../shared/data/omniglot), PYTHON (default python3), OMNIGLOT_SECONDS. Needs torch, numpy, scipy, mpmath and
 # tqdm only: it runs from the checkout (PYTHONPATH), nothing is installed. On the lent device machine the
-# ../shared folder does not travel: copy the three Omniglot zips into an ignored folder of the checkout,
-# carry it, and set METADP_DATA to it.
+# ../shared folder does not travel: the data go in the ignored folder .gpu_data of the checkout, carried:
+#
+#   mkdir -p .gpu_data && cp ../shared/data/omniglot/* .gpu_data/      # here, once
+#   device run, carry [".gpu_data"], timeout_s 540:
+#   METADP_DATA=$PWD/.gpu_data OUT=$OUT bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=cuda
