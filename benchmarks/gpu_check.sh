@@ -11,20 +11,21 @@
 #    1,600, z = 1, 250 steps), for as many steps as fit in OMNIGLOT_SECONDS (default 200), first order, then
 #    the accuracy on the 20 official one-shot runs and the certified epsilons of the steps run.
 #
-# Environment: OUT (results folder; default a new temporary folder), METADP_DATA (the Omniglot zips; default
+# Environment: RESULTS (results folder; default a new temporary folder), METADP_DATA (the Omniglot zips; default
 # ../shared/data/omniglot), PYTHON (default python3), OMNIGLOT_SECONDS. Needs torch, numpy, scipy, mpmath and
 # tqdm only: it runs from the checkout (PYTHONPATH), nothing is installed. On the lent device machine the
 # ../shared folder does not travel: the data go in the ignored folder .gpu_data of the checkout, carried:
 #
 #   mkdir -p .gpu_data && cp ../shared/data/omniglot/* .gpu_data/      # here, once
 #   device run, carry [".gpu_data"], timeout_s 540:
-#   METADP_DATA=$PWD/.gpu_data OUT=$OUT bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log
+#   export METADP_DATA=$PWD/.gpu_data RESULTS=/tmp/gpu; bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log;
+#   cp /tmp/gpu/*.json /tmp/gpu/omniglot/*.json $OUT/      # (the device returns at most 8 files from $OUT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=cuda
 if [ "${1:-}" = "--device" ]; then device=${2:?--device needs a value}; fi
 python=${PYTHON:-python3}
-out=${OUT:-$(mktemp -d)}
+out=${RESULTS:-$(mktemp -d)}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 METADP_HEARTBEAT_SECONDS=0
 start=$SECONDS

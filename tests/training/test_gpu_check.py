@@ -27,7 +27,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
         data.check_omniglot_folder(data.data_dir(None), one_shot=True)
     except (FileNotFoundError, ValueError) as err:
         pytest.skip(f"Omniglot data not available: {err}")
-    env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable, OMNIGLOT_SECONDS="5")
+    env = dict(os.environ, RESULTS=str(tmp_path), PYTHON=sys.executable, OMNIGLOT_SECONDS="5")
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
