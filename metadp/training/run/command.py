@@ -34,6 +34,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -59,7 +60,7 @@ from metadp.training.run.plan_command import calibrated, check_plan_flags, confi
 from metadp.training.run.plan_run import fresh_episodes, plan_settings
 from metadp.training.algorithms.protonet import ProtoConfig, evaluate_protonet, privacy_report, train_protonet
 from metadp.training.run.size import check_run_size, estimate_run, plan_run_size, say_estimate
-from metadp.training.run.trainer import TrainConfig, stream_seed, calibrate, train
+from metadp.training.run.trainer import ResumeWarning, TrainConfig, stream_seed, calibrate, train
 
 __all__ = ["run_train"]
 
@@ -353,6 +354,20 @@ def _as_rank(args):
 
 
 def _run(args) -> None:
+    shown = warnings.showwarning
+
+    def show(message, category, *rest, **kwargs):  # a resumed run's warnings as one line each, like the others
+        if issubclass(category, ResumeWarning):
+            print(f"metadp: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        else:
+            shown(message, category, *rest, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        return _run_command(args)
+
+
+def _run_command(args) -> None:
     if args.plan is not None:
         return _run_plan(args)
     _check_inputs(args)
