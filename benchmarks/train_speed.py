@@ -20,7 +20,6 @@ scaling over one process. All algorithms run with one inner step and Poisson tas
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
