@@ -319,6 +319,7 @@ def run_train(args):
 def _launch(args) -> int:
     """``--nproc N``: the refusals that need no data made once, here, then N processes of this command
     (``processes.launch``); each process makes them again, silently where they pass."""
+    silence()  # rank 0 reports, its heartbeat included
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         if args.plan is not None:
             _prepared_plan(args, algorithms.get(args.algorithm))
@@ -326,7 +327,6 @@ def _launch(args) -> int:
             _check_inputs(args)
             if algorithms.get(args.algorithm).meta_loop:
                 _check_flag_run_size(args, algorithms.get(args.algorithm))
-    silence()  # the processes report (rank 0)
     return processes.launch(args.argv, args.nproc, args.out)
 
 
