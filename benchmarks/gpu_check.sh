@@ -73,6 +73,6 @@ score = json.loads((out / "omniglot" / "evaluation.json").read_text())
 print(f"Omniglot: {report['steps_done']} steps; accuracy {score['mean']:.3f} +- {score['half_width_95']:.3f} "
       f"(95%, {score['tasks']} tasks of the 20 official one-shot runs); task epsilon <= {float(report['epsilon']):.4g}, "
       + "; ".join(f"{o['view']} <= {float(o['epsilon']):.4g}" for o in report["other_units"])
-      + f" at delta {report['delta']:g}")
+      + f" (upper bounds, add/remove neighbours, Poisson task sampling) at delta {report['delta']:g}")
 EOF
 echo "== done in $((SECONDS - start)) s; results in $out"

@@ -58,6 +58,14 @@ def _step(device: str, first_order: bool):
     return norms.detach().double().cpu(), flat(total), flat(released)
 
 
+def noise_agrees(noise: torch.Tensor, std: float) -> bool:
+    """Whether ``noise`` (i.i.d. coordinates) has mean 0 and standard deviation ``std``, each within 5 standard
+    errors (of the mean: std / sqrt(n); of the standard deviation: about std / sqrt(2n))."""
+    n = noise.numel()
+    return (abs(float(noise.mean())) < 5 * std / math.sqrt(n)
+            and abs(float(noise.std()) / std - 1) < 5 / math.sqrt(2 * n))
+
+
 def _relative(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
@@ -81,9 +89,7 @@ def check(device: str) -> dict:
         row = {"norms_relative": _relative(norms_dev, norms_cpu), "sum_relative": _relative(total_dev, total_cpu),
                "sum_relative_tf32_default": _relative(total_tf32, total_cpu), "noise_mean": mean,
                "noise_std": std, "noise_std_expected": Z * CLIP, "coordinates": n}
-        row["passed"] = (row["norms_relative"] < 1e-4 and row["sum_relative"] < 1e-4
-                         and abs(mean) < 5 * Z * CLIP / math.sqrt(n)
-                         and abs(std / (Z * CLIP) - 1) < 5 / math.sqrt(2 * n))
+        row["passed"] = row["norms_relative"] < 1e-4 and row["sum_relative"] < 1e-4 and noise_agrees(noise, Z * CLIP)
         ok &= row["passed"]
         out[order] = row
         print(f"{order}: clipped sum {device} vs cpu relative {row['sum_relative']:.2e} (TF32 default: "

@@ -73,7 +73,8 @@ def _interval(values) -> str:
 def table(folder: Path) -> str:
     from metadp.report import format_upper
 
-    rows = ["| run | target task epsilon | certified task epsilon (delta 1e-5) | record epsilon (delta 1e-5) | "
+    rows = ["| run | target task epsilon | certified task epsilon (upper bound; add/remove, Poisson; delta 1e-5) | "
+            "record epsilon (upper bound; add/remove; delta 1e-5) | "
             "noise multiplier z | steps | accuracy (80 tasks, 95%) | difference to MAML (paired, 95%) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     base = None

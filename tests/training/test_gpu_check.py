@@ -21,6 +21,27 @@ from metadp.training.data import sources as data  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _equivalence_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_equivalence", ROOT / "benchmarks" / "gpu_equivalence.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_noise_check_tells_the_right_noise_from_a_wrong_one():
+    # the GPU draws another stream than the CPU, so the check is of the noise's law: it must catch a noise 3%
+    # too small or too large, or off-centre by a tenth of its std, at Conv-4's 112,261 coordinates
+    import torch
+
+    agrees = _equivalence_module().noise_agrees
+    draws = torch.randn(112_261, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert agrees(draws, 1.0) and agrees(3.0 * draws, 3.0)
+    assert not agrees(0.97 * draws, 1.0) and not agrees(1.03 * draws, 1.0)
+    assert not agrees(draws + 0.1, 1.0)
+
+
 @pytest.mark.slow
 def test_gpu_check_dry_run_on_cpu(tmp_path):
     try:

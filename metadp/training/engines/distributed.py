@@ -31,6 +31,7 @@ rank stops the run (the collective fails, the launcher stops the others): every 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import re
@@ -43,8 +44,7 @@ import torch.distributed as dist
 from metadp.training.algorithms import functional as F
 from metadp.training.algorithms.contributions import resolve as contribution_of
 from metadp.training.data.tasks import FreshEpisodes
-from metadp.training.engines.local import clip_or_measure
-from metadp.training.run.config import TrainResult
+from metadp.training.engines.local import chunked, clip_or_measure
 
 __all__ = ["World", "world", "share", "Leader", "serve", "RankStopped", "RankLost"]
 
@@ -191,7 +191,7 @@ class Leader:
 
     def __init__(self, pool, device: str, here: World):
         self.pool, self.device, self.world = pool, device, here
-        self.started, self.result = False, None
+        self.started, self.sent_params, self.result = False, False, None
 
     def check(self, c, engine=None, audit=None) -> None:
         """Refuses a run the ranks cannot share: different tasks on the ranks, a contribution without ``part``,
@@ -211,28 +211,27 @@ class Leader:
 
     def clipped_sum(self, alg, model, params, tasks, rows, weights, loss_fn, c, run, contribution,
                     threshold: Optional[float], raw_norms: bool):
-        size = rows.numel()
-        step = c.chunk_size if c.chunk_size is not None else max(size, 1)
         spec = _tasks_spec(tasks, run.pool)
-        total, norms, losses = None, [], []
-        for start in range(0, max(size, 1), step):
-            chunk, w = rows[start:start + step], weights[start:start + step]
-            _send({"kind": "chunk", "config": None if self.started else c, "params": start == 0, "tasks": spec,
+
+        def one_chunk(chunk, w):
+            first = not self.sent_params
+            _send({"kind": "chunk", "config": None if self.started else c, "params": first, "tasks": spec,
                    "rows": chunk.cpu(), "weights": w.cpu(), "generator": run.noise_gen.get_state(),
                    "threshold": threshold, "raw_norms": raw_norms})
-            self.started = True
-            if start == 0:
+            self.started = self.sent_params = True
+            if first:
                 _collective(dist.broadcast, _flat(params.values()), src=0)
             part = share(chunk.numel(), self.world.size, 0)
             summed, found, task_losses = _part_sum(alg, model, params, tasks, chunk, w, loss_fn, c, run.noise_gen,
                                                    contribution, threshold, raw_norms, part)
-            summed = _reduced(summed, params)
+            summed = _reduced(summed, params)  # the collectives in serve's order: reduce, then gather
             parts = _gathered(found, task_losses, self.world.size)
-            total = summed if total is None else {k: total[k] + summed[k] for k in total}
-            if parts[0][0] is not None:
-                norms.append(torch.cat([p[0] for p in parts if p[0] is not None]).to(rows.device))
-            losses.append(torch.cat([p[1] for p in parts]).to(rows.device))
-        return total, (torch.cat(norms) if norms else None), torch.cat(losses)
+            found = None if parts[0][0] is None else torch.cat([p[0] for p in parts if p[0] is not None])
+            return summed, None if found is None else found.to(rows.device), torch.cat([p[1] for p in parts]).to(
+                rows.device)
+
+        self.sent_params = False  # the parameters travel with a step's first chunk
+        return chunked(rows, weights, c.chunk_size, one_chunk)
 
     def report_fields(self) -> Dict[str, Any]:
         return {"engine": "local", "processes": self.world.size, "backend": self.world.backend}
@@ -244,9 +243,7 @@ class Leader:
         message = None if err is None else (" ".join(str(err).split()) or type(err).__name__)
         result = None
         if err is None and self.result is not None:
-            r = self.result
-            result = dict(params={k: v.detach().cpu() for k, v in r.params.items()}, steps_done=r.steps_done,
-                          last_step=r.last_step, epsilon_spent=r.epsilon_spent, losses=r.losses, report=r.report)
+            result = dataclasses.replace(self.result, params={k: v.detach().cpu() for k, v in self.result.params.items()})
         try:
             _send({"kind": "stop", "error": message, "result": result})
         except Exception:  # a rank is gone: the collective fails; the error being raised (if any) is the story
@@ -268,9 +265,8 @@ def serve(model, pool, loss_fn, device: str, here: World):
                 raise RankStopped(f"rank 0 stopped the run: {msg['error']}")
             if msg["result"] is None:
                 return None
-            r = dict(msg["result"])
-            r["params"] = {k: v.to(device) for k, v in r["params"].items()}
-            return TrainResult(**r)
+            r = msg["result"]
+            return dataclasses.replace(r, params={k: v.to(device) for k, v in r.params.items()})
         if msg["config"] is not None:
             c = msg["config"]
             contribution = contribution_of(c.family)
