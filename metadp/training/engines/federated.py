@@ -18,15 +18,50 @@ from metadp.plan import Plan
 from metadp.training.algorithms import Algorithm
 from metadp.training.run.plan_run import fresh_episodes, plan_algorithm_refusal
 
-__all__ = ["ENGINES", "INSTALL_HINT", "flower_refusal", "flower_installed"]
+__all__ = ["ENGINES", "DEPLOYMENTS", "INSTALL_HINT", "flower_refusal", "flower_installed", "deployment_refusal",
+           "flower_mode"]
 
 ENGINES = ("local", "flower")
+DEPLOYMENTS = ("simulation", "local")
+_DEPLOYMENT_FLAGS = ("deployment", "clients", "superlink", "root_certificates", "client_timeout")
 INSTALL_HINT = "pip install 'metadp[federated]'"
 
 
 def flower_installed() -> bool:
     """flwr (with its simulation extra, Ray) can be imported here."""
     return importlib.util.find_spec("flwr") is not None and importlib.util.find_spec("ray") is not None
+
+
+def flower_mode(args) -> str:
+    """The Flower engine's mode of ``metadp train``'s flags: ``superlink`` (--superlink), else --deployment."""
+    if getattr(args, "superlink", None):
+        return "superlink"
+    return getattr(args, "deployment", None) or "simulation"
+
+
+def deployment_refusal(args, population: Optional[int]) -> Optional[str]:
+    """Why the Flower flags of ``args`` cannot run (None: they can): they need --engine flower, --clients
+    needs --deployment local and equals the population, --superlink excludes --deployment local."""
+    given = [n for n in _DEPLOYMENT_FLAGS if getattr(args, n, None) is not None]
+    if getattr(args, "engine", None) != "flower":
+        if given:
+            return f"--{given[0].replace('_', '-')} applies to --engine flower; drop it or add --engine flower"
+        return None
+    if getattr(args, "superlink", None) is not None and getattr(args, "deployment", None) is not None:
+        return ("--superlink runs on an existing federation and --deployment starts one here: give one of them")
+    if getattr(args, "root_certificates", None) is not None and getattr(args, "superlink", None) is None:
+        return "--root-certificates applies to --superlink (the loopback federations metadp starts are unencrypted)"
+    clients = getattr(args, "clients", None)
+    if clients is not None:
+        if getattr(args, "deployment", None) != "local":
+            return "--clients is the number of SuperNodes --deployment local starts: add --deployment local or drop it"
+        if population is not None and clients != population:
+            return (f"--clients {clients}, but the plan's sampling.population is {population}: each client is one task "
+                    f"of the population, so start {population} SuperNodes (or change the plan)")
+    timeout = getattr(args, "client_timeout", None)
+    if timeout is not None and not (0 < timeout < float("inf")):
+        return f"--client-timeout must be a finite number of seconds > 0, got {timeout:g}"
+    return None
 
 
 def flower_refusal(alg: Algorithm, plan: Optional[Plan], *, chunk_size=None, device: str = "cpu") -> Optional[str]:

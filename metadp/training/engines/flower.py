@@ -18,9 +18,10 @@ Roles (Flower's Message API: a ``ServerApp`` and a ``ClientApp``):
   the run's noise generator, appends the release to every ledger, and updates the model: the local
   engine's code, so on one seed both engines draw the same clients and the same noise and agree on the
   model to float rounding.
-* :func:`server_app`: the ServerApp that waits for the clients and runs the trainer with the strategy;
-  :func:`simulate`: server and clients as a Flower simulation on this machine (Ray), one virtual
-  SuperNode per task of the population.
+* :func:`server_app`: a ServerApp that waits for the clients and runs the trainer with the strategy, for a
+  Flower App of your own. The app metadp ships (``flower_app``) and ``metadp train --engine flower``
+  (``flower_run``: ``flwr run`` on a local simulation, on a loopback deployment it starts, or on an
+  existing SuperLink) use the same strategy and client.
 
 Clients that fail. A selected client that raises, does not answer within ``timeout`` seconds, or sends
 anything but a finite update of the model's names and shapes contributes a zero update to that step.
@@ -45,15 +46,13 @@ independent of each other).
 
 from __future__ import annotations
 
-import contextlib
+import base64
 import dataclasses
 import functools
-import logging
+import json
 import math
-import os
 import threading
 import time
-import warnings
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
@@ -77,7 +76,6 @@ try:  # an optional extra: this module imports without it, and each entry point 
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
 except ImportError as _err:  # pragma: no cover - exercised only without flwr
     flwr, _MISSING = None, _err
 
@@ -89,12 +87,13 @@ def _require_flwr() -> None:
                           f"{INSTALL_HINT}") from _MISSING
 
 __all__ = ["ClientTask", "SimulatedTasks", "Population", "DpFedMetaStrategy", "client_app", "client_update",
-           "server_app", "simulate", "DEFAULT_BACKEND"]
+           "server_app", "model_of"]
 
-DEFAULT_BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                   "init_args": {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False, "logging_level": "ERROR",
-                                 "log_to_driver": False}}
-"""Ray for :func:`simulate`: one CPU, one client computing at a time (raise ``num_cpus`` on a larger machine)."""
+MODES = {"simulation": "flwr run on a SuperLink in simulation mode: the clients are Flower's simulated SuperNodes (Ray)",
+         "local": "a deployment on loopback: a SuperLink and one SuperNode process per client, started by metadp",
+         "superlink": "a deployment on an existing SuperLink (--superlink): its SuperNodes are the clients",
+         "app": "a ServerApp of your own (metadp.training.engines.flower.server_app)"}
+"""The engine's modes, as the report names them (``federated.mode``)."""
 
 _POLL = 0.02  # seconds between the server's polls for replies
 
@@ -128,11 +127,19 @@ def _partition(context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def client_app(load_task: Callable[[int], ClientTask]) -> ClientApp:
-    """The ClientApp of one client: ``load_task(partition_id)`` gives its task (picklable for a simulation:
-    Ray sends it to the worker processes; cache inside it, it is called for every message)."""
+def client_app(load_task: Optional[Callable[[int], ClientTask]] = None, *, mods=None) -> ClientApp:
+    """The ClientApp of one client: ``load_task(partition_id)`` gives its task (cache inside it: it is called
+    for every message). None: the tasks the run config's ``job`` names (``SimulatedTasks``; the app metadp
+    ships, ``metadp.training.engines.flower_app``). ``mods``: Flower client mods around it."""
     _require_flwr()
-    app = ClientApp()
+    app = ClientApp(mods=mods)
+
+    def task_of(context) -> ClientTask:
+        pid = _partition(context)
+        if load_task is not None:
+            return load_task(pid)
+        from_job = _job_tasks(str(context.run_config.get("job", "")))
+        return from_job(pid)
 
     @app.query()
     def identify(message, context):
@@ -143,13 +150,22 @@ def client_app(load_task: Callable[[int], ClientTask]) -> ClientApp:
         pid = _partition(context)
         settings = message.content["config"]
         params = message.content["arrays"].to_torch_state_dict()
-        grads, loss = client_update(load_task(pid), params, algorithm=str(settings["algorithm"]),
+        grads, loss = client_update(task_of(context), params, algorithm=str(settings["algorithm"]),
                                     inner_steps=int(settings["inner-steps"]), inner_lr=float(settings["inner-lr"]),
                                     first_order=bool(settings["first-order"]))
         return Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=grads),
                                    "metrics": MetricRecord({"loss": loss, "partition-id": pid})}), reply_to=message)
 
     return app
+
+
+def _job_tasks(encoded: str) -> "SimulatedTasks":
+    """The clients' tasks of a ``metadp train --engine flower`` job (``flower_app.encode_job``)."""
+    job = json.loads(base64.urlsafe_b64decode(encoded.encode("ascii"))) if encoded else None
+    if not isinstance(job, dict) or "tasks" not in job:
+        raise ValueError("this ClientApp builds its task from the run config's `job` of `metadp train --engine flower`, "
+                         "which is missing; pass load_task to client_app for a federation of your own")
+    return SimulatedTasks(**job["tasks"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +185,12 @@ class SimulatedTasks:
         if not 0 <= partition_id < pool.size:
             raise ValueError(f"partition-id must be in [0, {pool.size}), got {partition_id}")
         return ClientTask(model, pool, partition_id, loss_fn)
+
+
+def model_of(spec: SimulatedTasks) -> torch.nn.Module:
+    """The model (architecture and initial weights from the run's seed) of ``spec``'s run, as ``metadp train``
+    builds it (the server starts from it; the clients only use its architecture)."""
+    return _simulated_pool(spec)[0]
 
 
 @functools.lru_cache(maxsize=4)
@@ -201,21 +223,23 @@ class DpFedMetaStrategy:
     """
 
     def __init__(self, grid, clients: Dict[int, int], *, timeout: float = 600.0,
-                 stop: Optional[threading.Event] = None):
+                 stop: Optional[threading.Event] = None, mode: str = "app"):
         _require_flwr()
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-        self.grid, self.node_of, self.timeout = grid, dict(clients), float(timeout)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.grid, self.node_of, self.timeout, self.mode = grid, dict(clients), float(timeout), mode
         # set: the next poll raises KeyboardInterrupt (the trainer's loop stops as on Ctrl-C)
         self.stop = stop if stop is not None else threading.Event()
         self.rounds: List[Dict[str, int]] = []  # per step of this process: selected, dropped
 
     @classmethod
     def connect(cls, grid, population: int, *, timeout: float = 600.0,
-                stop: Optional[threading.Event] = None) -> "DpFedMetaStrategy":
+                stop: Optional[threading.Event] = None, mode: str = "app") -> "DpFedMetaStrategy":
         """Waits for the population's clients, asks each its partition-id and checks that they are
         0..population-1, one node each (else ValueError, before any step)."""
-        strategy = cls(grid, {}, timeout=timeout, stop=stop)
+        strategy = cls(grid, {}, timeout=timeout, stop=stop, mode=mode)
         deadline = time.monotonic() + strategy.timeout
         nodes = list(grid.get_node_ids())
         while len(nodes) < population and time.monotonic() < deadline:
@@ -313,7 +337,8 @@ class DpFedMetaStrategy:
         selected = sum(r["selected"] for r in self.rounds)
         dropped = sum(r["dropped"] for r in self.rounds)
         return {"engine": "flower", "federated": {
-            "framework": f"flwr {flwr.__version__}", "clients": len(self.node_of), "rounds_run": len(self.rounds),
+            "framework": f"flwr {flwr.__version__}", "mode": self.mode, "mode_means": MODES[self.mode],
+            "clients": len(self.node_of), "rounds_run": len(self.rounds),
             "updates_asked": selected, "updates_dropped": dropped,
             "rounds_with_dropouts": [dict(r, round=i + 1) for i, r in enumerate(self.rounds) if r["dropped"]],
             "selection": "the plan's sampler (metadp.training.data.samplers) on the run's seed: one train message to each "
@@ -354,22 +379,7 @@ def _valid_update(reply: Message, params: Dict[str, torch.Tensor]) -> Optional[D
     return out
 
 
-# -- the simulation -----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _quiet():
-    """Flower's and Ray's logs and warnings off while the simulation runs (a run prints its own summary)."""
-    logger = logging.getLogger("flwr")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
-    finally:
-        logger.setLevel(level)
-
-
+# -- a ServerApp of your own ------------------------------------------------------------------------
 def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, timeout: float = 600.0,
                outcome: Optional[Dict[str, Any]] = None, **train_options) -> ServerApp:
     """The ServerApp of a run of ``plan``: waits for its population of clients, checks their partition-ids,
@@ -402,42 +412,3 @@ def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, ti
                 outcome.setdefault("finished", threading.Event()).set()
 
     return app
-
-
-def simulate(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, load_task: Callable[[int], ClientTask],
-             progress=None, resume: bool = False, resume_changed: bool = False, setup: Optional[dict] = None,
-             warn=None, timeout: float = 600.0, backend_config: Optional[dict] = None) -> TrainResult:
-    """Runs ``plan`` (``metadp.training.run.plan_run``) as a Flower simulation on this machine: :func:`server_app`
-    and :func:`client_app` with one virtual SuperNode per task of the population (``partition-id`` 0..N-1),
-    ``load_task(partition_id)`` giving each client its task. The run folder, ledgers, checkpoints, resume
-    and report are the local engine's, with ``"engine": "flower"`` and the clients' record in the report.
-
-    Every refusal of ``train`` comes before the simulation starts and before anything is written; the
-    clients' partition-ids are checked before the first step. Flower's telemetry is off unless
-    ``FLWR_TELEMETRY_ENABLED`` is set.
-
-    Raises:
-        ValueError: a refusal (``train``'s, or the clients').
-        TrainingInterrupted: on Ctrl-C, with the ledgers holding every release (``resume=True`` continues).
-    """
-    _require_flwr()
-    population = Population(plan.sampling.population)
-    check_run(population, config, out_dir, resume=resume, resume_changed=resume_changed, setup=setup, plan=plan)
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    outcome: Dict[str, Any] = {"finished": threading.Event(), "stop": threading.Event()}
-    server = server_app(model, config, out_dir, plan=plan, timeout=timeout, outcome=outcome, progress=progress,
-                        resume=resume, resume_changed=resume_changed, setup=setup, warn=warn)
-    try:
-        with _quiet():
-            run_simulation(server, client_app(load_task), num_supernodes=population.size,
-                           backend_config=backend_config if backend_config is not None else DEFAULT_BACKEND)
-    except KeyboardInterrupt:  # Ctrl-C lands in this thread: stop the server's loop at its next poll
-        outcome["stop"].set()
-        outcome["finished"].wait(60.0)
-        if "error" not in outcome:
-            raise
-    if "error" in outcome:
-        raise outcome["error"]
-    if "result" not in outcome:
-        raise RuntimeError("the Flower simulation ended before the server's run did")
-    return outcome["result"]

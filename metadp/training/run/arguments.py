@@ -16,7 +16,7 @@ from metadp.sampling import of_lot
 from metadp.training.algorithms.clipping import clip_rule
 from metadp.training import algorithms
 from metadp.training.data import datasets
-from metadp.training.engines.federated import flower_refusal
+from metadp.training.engines.federated import deployment_refusal, flower_refusal
 from metadp.training.run.plan_command import PLAN_FLAGS
 
 __all__ = ["DEFAULTS", "check_train_args", "check_device"]
@@ -142,6 +142,9 @@ def check_train_args(args) -> None:
         raise ValueError(f"--norm applies to image data (--data {' or '.join(datasets.names(images=True))}); "
                          f"{args.data} uses an MLP: drop it")
     check_processes(args, protonet)
+    why = deployment_refusal(args, None)
+    if why is not None:
+        raise ValueError(why)
     if protonet:
         _check_protonet(args)
     else:

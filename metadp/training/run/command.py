@@ -52,7 +52,9 @@ from metadp.training.run import processes, summary
 from metadp.training.engines.distributed import RankLost, RankStopped
 from metadp.training.run.arguments import check_device, check_processes, check_train_args
 from metadp.training.engines import flower as flower_engine
-from metadp.training.engines.federated import flower_refusal
+from metadp.training.engines import flower_run
+from metadp.training.engines.flower_launch import FederationError
+from metadp.training.engines.federated import deployment_refusal, flower_mode, flower_refusal
 from metadp.training.run.parser import CLI_OBFUSCATIONS
 from metadp.plan import check_plan_certifies
 from metadp.plan_solve import noise_keys
@@ -232,15 +234,25 @@ def _run_plan(args) -> None:
         def progress(step, loss, spent):
             bar.show(step, {"loss": f"{loss:.3f}"})
 
+        def warn(message):
+            bar.clear()
+            print(f"metadp: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
         if args.engine == "flower":  # metadp.training.engines.federated checked that Flower is installed
             setup["--engine"] = "flower"
             clients = flower_engine.SimulatedTasks(args.data, args.pool, args.seed, data_dir=_folder(args.data_dir),
                                                    rotations=args.rotations, norm=args.norm)
-            result = flower_engine.simulate(model, config, args.out, plan=plan, load_task=clients, progress=progress,
-                                            resume=args.resume, resume_changed=args.resume_changed, setup=setup)
+            result = flower_run.run_plan(config, args.out, plan=plan, table=table, tasks=clients,
+                                         mode=flower_mode(args), superlink=args.superlink,
+                                         root_certificates=args.root_certificates,
+                                         timeout=args.client_timeout or 600.0, progress=progress, resume=args.resume,
+                                         resume_changed=args.resume_changed, setup=setup, warn=warn)
         else:
             result = train(model, source, loss_fn, config, args.out, device=args.device, progress=progress,
                            resume=args.resume, resume_changed=args.resume_changed, setup=setup, plan=plan)
+    if result is None:  # --superlink on another machine: the run folder is there
+        print(f"the run finished on the SuperLink's machine ({args.superlink}); its run folder is {args.out} there")
+        return
     if processes.rank():
         return  # rank 0 evaluates and reports
     score, out = _evaluated(args, model, result, loss_fn, inner_lr)
@@ -255,7 +267,8 @@ def _prepared_plan(args, alg):
     _check_inputs(args)
     check_plan_flags(args, plan)
     if args.engine == "flower":
-        why = flower_refusal(alg, plan, chunk_size=args.chunk_size, device=args.device)
+        why = (flower_refusal(alg, plan, chunk_size=args.chunk_size, device=args.device)
+               or deployment_refusal(args, getattr(plan.sampling, "population", None)))
         if why is not None:
             raise ValueError(why)
     if args.epsilon is not None:
@@ -313,7 +326,11 @@ def run_train(args):
         return _launch(args)
     if processes.world_size() > 1:
         return _as_rank(args)
-    return _run(args)
+    try:
+        return _run(args)
+    except FederationError as err:  # a Flower process failed: one line, with where its logs are
+        print(f"metadp: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
 
 
 def _launch(args) -> int:

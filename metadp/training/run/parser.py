@@ -8,7 +8,7 @@ from metadp.sampling import RUN_SCHEMES
 from metadp.training import algorithms
 from metadp.training.data import datasets
 from metadp.training.algorithms.clipping import POLICIES
-from metadp.training.engines.federated import ENGINES
+from metadp.training.engines.federated import DEPLOYMENTS, ENGINES
 
 __all__ = ["add_train_parser", "CLI_OBFUSCATIONS"]
 
@@ -49,8 +49,24 @@ def _what_and_where(t, number) -> None:
                         "Flags the plan sets must agree with it; --epsilon calibrates its noise multiplier")
     t.add_argument("--engine", choices=ENGINES,
                    help="where the clients' updates are computed (default local): flower runs the --plan as a Flower "
-                        "simulation here, one client per task of its population, with the same sampling, noise, "
+                        "App with flwr run, one client per task of its population, with the same sampling, noise, "
                         "ledgers and report (needs pip install 'metadp[federated]')")
+    t.add_argument("--deployment", choices=DEPLOYMENTS,
+                   help="--engine flower: simulation (default; Flower's simulation engine on a SuperLink this command "
+                        "starts) or local (a deployment on loopback: a SuperLink and one SuperNode process per client, "
+                        "all stopped when the run ends)")
+    t.add_argument("--clients", type=number("--clients", int),
+                   help="--deployment local: the SuperNodes to start (the plan's sampling.population; default that)")
+    t.add_argument("--superlink", metavar="ADDRESS",
+                   help="--engine flower: run on an existing federation's SuperLink (host:port) whose SuperNodes were "
+                        "started with --node-config \"partition-id=<i>\" for i in 0..population-1; the run folder is "
+                        "written on the SuperLink's machine")
+    t.add_argument("--root-certificates", metavar="PEM",
+                   help="--superlink: the CA certificate for TLS to the SuperLink (without it the connection is "
+                        "unencrypted, as on loopback)")
+    t.add_argument("--client-timeout", type=number("--client-timeout", float),
+                   help="--engine flower: seconds the server waits for a round's replies (default 600); a client that "
+                        "has not answered by then counts as a zero update")
     t.add_argument("--save-plan", metavar="FILE",
                    help="write the plan this run executes (with --plan: its calibrated form; else the plan the flags "
                         "describe) as a TOML plan file; never overwrites")

@@ -1,0 +1,311 @@
+"""metadp inside Flower's own differential privacy (``pip install 'metadp[federated]'``; flwr 1.42).
+
+Flower's fixed-clipping wrappers (``DifferentialPrivacyServerSideFixedClipping`` and the client-side one)
+account through a ``PrivacyAccountant`` protocol (``flwr.serverapp``) with an RDP backend, and accept only
+``sampling_method = "no-amplification"``: their rounds address FedAvg's fixed-size sample and divide by
+the number of replies, which no amplification theorem covers. Two pieces fix that:
+
+* :class:`MetadpPrivacyAccountant` implements Flower's protocol with metadp's certified accounting (every
+  registered accountant, the tightest certified upper bound: the number ``metadp plan`` prints). Each
+  ``GaussianPrivacyEvent(z, sample_size, population_size)`` becomes the event its configuration means:
+
+  ============================  =================  ================================================
+  sampling_method               neighbouring       metadp event (per release)
+  ============================  =================  ================================================
+  no-amplification              add-or-remove-one  ``Gaussian(z)``: sensitivity C, no sampling
+  poisson                       add-or-remove-one  ``PoissonSampled(m / N, Gaussian(z))``
+  without-replacement           replace-one        ``FixedSizeSampled(m, N, Gaussian(z), 2)``: 2C
+  ============================  =================  ================================================
+
+  The last row is where Flower's own backend passes the multiplier unchanged (sensitivity C, as in
+  dp-accounting issue #378): one client replaced moves the clipped sum by up to 2C, so metadp charges 2C.
+
+* :class:`ClientSelection` wraps Flower's fixed-clipping wrapper (around ``FedAvg(fraction_train=1.0)``)
+  and makes its rounds the mechanism the accountant claims: it draws the round's clients itself
+  (``poisson``: each of the N clients independently with probability m / N; ``fixed``: exactly m of the N
+  uniformly), sends the round only to them, counts a client that fails or sends a non-finite update as a
+  zero update, and divides the noisy sum by the fixed m instead of the number of replies:
+  ``new = current + (sum of clipped updates + N(0, (zC)^2 I)) / m``. A round that draws nobody still
+  releases that noise (Poisson). Each round composes one event on its accountant.
+
+For a user of Flower's wrappers the change is three lines::
+
+    dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(fraction_train=1.0), z, C, num_sampled_clients=m)
+    accountant = MetadpPrivacyAccountant(PrivacyConfig(1e-5, N, "add-or-remove-one", "poisson"))
+    strategy = ClientSelection(dp, clients=m, population=N, accountant=accountant)  # "poisson"; or "fixed"
+
+and ``strategy.start(grid, arrays, num_rounds=R)`` as before; ``accountant.get_epsilon(1e-5)`` then equals
+``metadp plan`` of the plan with ``scheme = "poisson"``, ``population = N``, ``batch_size = m``, ``steps = R``,
+noise ``z`` (tested on a Flower simulation). The amplification assumes the selection stays hidden from the
+observer the guarantee is against, and that client weights are equal (the wrapper sets each reply's
+weight to 1; FedAvg then averages the clipped models of the replies).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from metadp.accounting.certify import certify
+from metadp.core import events as ev
+
+try:  # an optional extra: the module imports without it, and each class says what to install
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+    from flwr.serverapp import GaussianPrivacyEvent, PrivacyConfig, PrivacySpent
+    from flwr.serverapp.strategy import Strategy
+    from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
+    from flwr.supercore.privacy_accounting import NeighboringRelation, SamplingMethod
+except ImportError as _err:  # pragma: no cover - exercised only without flwr
+    Strategy, _MISSING = object, _err
+else:
+    _MISSING = None
+
+__all__ = ["MetadpPrivacyAccountant", "ClientSelection", "metadp_event"]
+
+_INSTALL = "pip install 'metadp[federated]'"
+
+
+def _require_flwr() -> None:
+    if _MISSING is not None:
+        raise ImportError(f"metadp.integrations.flower needs Flower: {_INSTALL}") from _MISSING
+
+
+def _pair(config) -> Tuple["SamplingMethod", "NeighboringRelation"]:
+    """The configuration's (sampling method, relation) as Flower's enums (a PrivacyConfig keeps strings as given)."""
+    return SamplingMethod(config.sampling_method), NeighboringRelation(config.neighboring_relation)
+
+
+def metadp_event(config: "PrivacyConfig", event: "GaussianPrivacyEvent") -> Tuple[ev.Event, str]:
+    """(metadp's event, its relation) for one of Flower's releases under ``config`` (module docstring's table)."""
+    z = ev.Gaussian(float(event.noise_multiplier))
+    method, relation = _pair(config)
+    if method is SamplingMethod.NO_AMPLIFICATION and relation is NeighboringRelation.ADD_OR_REMOVE_ONE:
+        return z, "add_remove"
+    if method is SamplingMethod.POISSON and relation is NeighboringRelation.ADD_OR_REMOVE_ONE:
+        return ev.PoissonSampled(event.sample_size / event.population_size, z), "add_remove"
+    if method is SamplingMethod.WITHOUT_REPLACEMENT and relation is NeighboringRelation.REPLACE_ONE:
+        return ev.FixedSizeSampled(int(event.sample_size), int(event.population_size), z, 2.0), "substitute"
+    raise ValueError(f"sampling_method {method.value!r} with neighboring_relation {relation.value!r} has no theorem "
+                     "here: use no-amplification or poisson with add-or-remove-one, or without-replacement with "
+                     "replace-one")
+
+
+class MetadpPrivacyAccountant:
+    """Flower's ``PrivacyAccountant`` protocol, answered by metadp's certified accounting.
+
+    ``get_epsilon(delta)`` is the tightest certified upper bound over metadp's accountants (the one
+    ``metadp plan`` prints for the same events); ``get_delta(epsilon)`` a certified upper bound on delta.
+    """
+
+    def __init__(self, config: "PrivacyConfig"):
+        _require_flwr()
+        if not isinstance(config, PrivacyConfig):
+            raise ValueError(f"config must be flwr.serverapp.PrivacyConfig, got {type(config).__name__}")
+        metadp_event(config, GaussianPrivacyEvent(1.0, 1, max(1, config.population_size)))  # refuses the pair early
+        self._config = config
+        self._history: List[Tuple["GaussianPrivacyEvent", int]] = []
+
+    @property
+    def config(self) -> "PrivacyConfig":
+        return self._config
+
+    @property
+    def num_releases(self) -> int:
+        return sum(count for _, count in self._history)
+
+    def compose(self, event: "GaussianPrivacyEvent", count: int = 1) -> None:
+        self._history = self._with(event, count)
+
+    def _with(self, event, count: int) -> List[Tuple["GaussianPrivacyEvent", int]]:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count must be an integer >= 1, got {count!r}")
+        if event.population_size != self._config.population_size:
+            raise ValueError(f"the event's population_size {event.population_size} is not the configuration's "
+                             f"{self._config.population_size}")
+        metadp_event(self._config, event)
+        history = list(self._history)
+        if history and history[-1][0] == event:
+            history[-1] = (event, history[-1][1] + count)
+        else:
+            history.append((event, count))
+        return history
+
+    def _certify(self, delta: float, history) -> float:
+        if not history:
+            return 0.0
+        relation = metadp_event(self._config, history[0][0])[1]
+        if len(history) == 1:  # one event composed T times: the question `metadp plan` asks
+            event, count = history[0]
+            return float(certify(metadp_event(self._config, event)[0], delta, steps=count, relation=relation,
+                                 lower=False).epsilon)
+
+        def composed(accountant):
+            for event, count in history:
+                accountant.compose(metadp_event(self._config, event)[0], count)
+            return accountant
+
+        return float(certify(None, delta, relation=relation, composed=composed, lower=False).epsilon)
+
+    def get_epsilon(self, delta: float) -> float:
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        return self._certify(delta, self._history)
+
+    def get_delta(self, epsilon: float) -> float:
+        """The smallest delta on a bisection whose certified epsilon is at most ``epsilon`` (an upper bound)."""
+        if not (epsilon >= 0 and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+        if not self._history:
+            return 0.0
+        lo, hi = -300.0, 0.0  # log10 delta
+        if self.get_epsilon(1 - 1e-12) > epsilon:
+            return 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if self.get_epsilon(10 ** mid) <= epsilon:
+                hi = mid
+            else:
+                lo = mid
+        return 10 ** hi
+
+    def get_privacy_spent(self, delta: Optional[float] = None) -> "PrivacySpent":
+        delta = self._config.target_delta if delta is None else delta
+        return PrivacySpent(epsilon=self.get_epsilon(delta), delta=delta, num_releases=self.num_releases,
+                            accounting_method="metadp (certified upper bound, tightest of its accountants)")
+
+    def would_exceed(self, event: "GaussianPrivacyEvent", max_epsilon: Optional[float] = None, count: int = 1) -> bool:
+        limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
+        if limit is None:
+            raise ValueError("would_exceed needs max_epsilon (here or in the PrivacyConfig)")
+        return self._certify(self._config.target_delta, self._with(event, count)) > limit
+
+    def state_dict(self) -> Dict[str, Any]:
+        c = self._config
+        return {"config": {"target_delta": c.target_delta, "population_size": c.population_size,
+                           "neighboring_relation": _pair(c)[1].value, "sampling_method": _pair(c)[0].value,
+                           "max_epsilon": c.max_epsilon},
+                "compositions": [{"event": {"noise_multiplier": e.noise_multiplier, "sample_size": e.sample_size,
+                                            "population_size": e.population_size}, "count": n}
+                                 for e, n in self._history]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        c = state["config"]
+        config = PrivacyConfig(c["target_delta"], c["population_size"], NeighboringRelation(c["neighboring_relation"]),
+                               SamplingMethod(c["sampling_method"]), c.get("max_epsilon"))
+        fresh = MetadpPrivacyAccountant(config)
+        for item in state["compositions"]:
+            fresh.compose(GaussianPrivacyEvent(**item["event"]), int(item["count"]))
+        self._config, self._history = fresh._config, fresh._history
+
+
+_SCHEMES = {"poisson": (SamplingMethod.POISSON, NeighboringRelation.ADD_OR_REMOVE_ONE) if _MISSING is None else None,
+            "fixed": (SamplingMethod.WITHOUT_REPLACEMENT, NeighboringRelation.REPLACE_ONE) if _MISSING is None else None}
+
+
+class ClientSelection(Strategy):
+    """Flower's fixed-clipping DP wrapper with its clients drawn by ``scheme`` and its sum divided by ``clients``
+    (module docstring).
+
+    Args:
+        strategy: ``DifferentialPrivacyServerSideFixedClipping`` or ``...ClientSideFixedClipping`` around
+            ``FedAvg(fraction_train=1.0)``, without an accountant of its own.
+        clients: m, the expected (``poisson``) or exact (``fixed``) number of clients a round.
+        population: N, the clients of the federation (every round checks that N are connected).
+        scheme: ``poisson`` or ``fixed``.
+        accountant: composed once per round (its configuration must match the scheme); None: no accounting.
+        seed: the selection's generator (None: the operating system's entropy; fix it only in tests).
+    """
+
+    def __init__(self, strategy, *, clients: int, population: int, scheme: str = "poisson", accountant=None,
+                 seed: Optional[int] = None):
+        _require_flwr()
+        if not isinstance(strategy, DifferentialPrivacyFixedClippingBase):
+            raise ValueError("strategy must be one of Flower's fixed-clipping DP wrappers "
+                             f"(DifferentialPrivacy*FixedClipping), got {type(strategy).__name__}")
+        if strategy.accountant is not None:
+            raise ValueError("give the accountant to ClientSelection, not to Flower's wrapper (which accepts only "
+                             "no-amplification)")
+        if getattr(strategy.strategy, "fraction_train", None) != 1.0:
+            raise ValueError("the wrapped FedAvg must address every client (fraction_train=1.0): ClientSelection draws "
+                             "the round's clients")
+        if scheme not in _SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(_SCHEMES)}, got {scheme!r}")
+        if not (isinstance(population, int) and isinstance(clients, int) and 0 < clients <= population):
+            raise ValueError(f"need integers 0 < clients <= population, got clients={clients!r}, "
+                             f"population={population!r}")
+        if accountant is not None:
+            method, relation = _SCHEMES[scheme]
+            c = accountant.config
+            if _pair(c) != (method, relation) or c.population_size != population:
+                raise ValueError(f"the accountant's configuration ({_pair(c)[0].value}, {_pair(c)[1].value}, "
+                                 f"population {c.population_size}) is not this "
+                                 f"selection's ({method.value}, {relation.value}, population {population})")
+        self.strategy, self.clients, self.population, self.scheme = strategy, clients, population, scheme
+        self.accountant = accountant
+        self.rng = np.random.default_rng(seed)
+        self.rounds: List[Dict[str, int]] = []
+
+    def summary(self) -> None:
+        self.strategy.summary()
+
+    def configure_train(self, server_round: int, arrays: "ArrayRecord", config: "ConfigRecord",
+                        grid) -> Iterable["Message"]:
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        nodes = sorted({m.metadata.dst_node_id for m in messages})
+        if len(nodes) != self.population or len(messages) != self.population:
+            raise ValueError(f"ClientSelection draws from the population of {self.population} clients, but the wrapped "
+                             f"strategy addressed {len(nodes)} (FedAvg(fraction_train=1.0, min_available_nodes="
+                             f"{self.population}) waits for all of them)")
+        if self.scheme == "poisson":
+            keep = self.rng.random(len(nodes)) < self.clients / self.population
+        else:
+            keep = np.zeros(len(nodes), dtype=bool)
+            keep[self.rng.choice(len(nodes), size=self.clients, replace=False)] = True
+        chosen = {n for n, k in zip(nodes, keep) if k}
+        self.rounds.append({"selected": len(chosen), "dropped": 0})
+        return [m for m in messages if m.metadata.dst_node_id in chosen]
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable["Message"]) -> Tuple[Optional["ArrayRecord"], Optional["MetricRecord"]]:
+        current = self.strategy.current_arrays
+        valid = [r for r in replies if _finite_reply(r, current)]
+        self.rounds[-1]["dropped"] = self.rounds[-1]["selected"] - len(valid)
+        for reply in valid:  # equal weights: FedAvg's mean is then the plain mean of the clipped models
+            for record in reply.content.metric_records.values():
+                record[self.strategy.strategy.weighted_by_key] = 1
+        dp = self.strategy
+        if valid:
+            dp.num_sampled_clients = len(valid)  # its noise std zC / len(valid) on the mean of len(valid)
+            arrays, metrics = dp.aggregate_train(server_round, valid)
+            scale = len(valid) / self.clients  # (sum + N(0, (zC)^2)) / m
+            out = {k: current[k].numpy() + (arrays[k].numpy() - current[k].numpy()) * scale for k in current.keys()}
+        else:  # nobody answered: the release is the noise alone
+            std = dp.noise_multiplier * dp.clipping_norm / self.clients
+            out = {k: current[k].numpy() + self.rng.normal(0.0, std, current[k].numpy().shape) for k in current.keys()}
+            metrics = MetricRecord({})
+        if self.accountant is not None:
+            self.accountant.compose(GaussianPrivacyEvent(dp.noise_multiplier, self.clients, self.population))
+        return ArrayRecord({k: Array(np.asarray(v, dtype=current[k].numpy().dtype)) for k, v in out.items()}), metrics
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round, replies):
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _finite_reply(reply: "Message", current: "ArrayRecord") -> bool:
+    """A reply without error, with one ArrayRecord of the model's names and shapes, finite."""
+    if reply.has_error() or len(reply.content.array_records) != 1:
+        return False
+    record = next(iter(reply.content.array_records.values()))
+    if set(record.keys()) != set(current.keys()):
+        return False
+    for k in current.keys():
+        value = record[k].numpy()
+        if value.shape != current[k].numpy().shape or not np.isfinite(value).all():
+            return False
+    return True
+

@@ -1,0 +1,207 @@
+"""`metadp train --engine flower` as Flower runs it for real: `flwr run` of metadp's Flower App against a
+SuperLink, with SuperNodes as processes on loopback (metadp.training.engines.flower_run, flower_launch).
+
+What must hold: the run's report equals `metadp plan --json` and names the mode; the model is the local
+engine's on the same seed; no process the run started is left afterwards (the SuperLink, the SuperNodes
+and every child of theirs); a SuperNode killed mid-run and a client that sends garbage count as zero
+updates, every step is still charged and the report counts them; a SuperLink that dies mid-run stops the
+run with one message, and --resume on a new federation continues the ledger without losing a release.
+These start real processes (a few seconds of imports each message), so they are slow tests: CI runs them
+after the default suite.
+"""
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("flwr")
+
+from metadp.accounting.ledger import Ledger  # noqa: E402
+from metadp.cli import main  # noqa: E402
+from metadp.plan import loads_plan, plan_epsilon  # noqa: E402
+from metadp.training import algorithms  # noqa: E402
+from metadp.training.engines import flower, flower_launch, flower_run  # noqa: E402
+from metadp.training.engines.flower_launch import FederationError  # noqa: E402
+from metadp.training.run.config import TrainConfig  # noqa: E402
+from metadp.training.run.plan_run import plan_settings  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+PLAN = """\
+name = "DP-AGR, {population} clients on loopback"
+unit = "task"
+delta = 1e-5
+steps = {steps}
+
+[sampling]
+scheme = "poisson"
+population = {population}
+batch_size = {batch}
+
+[noise]
+mechanism = "gaussian"
+multiplier = 0.9
+"""
+
+FAULTY_APP = Path(__file__).with_name("flower_faulty_app")
+
+
+def _plan_file(tmp_path, population=3, batch=2, steps=3):
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(population=population, batch=batch, steps=steps))
+    return str(path)
+
+
+def _children():
+    """pid -> parent pid of every live process (Linux /proc)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                table[int(entry.name)] = int(fields[1])
+    return table
+
+
+def _tree(roots):
+    table, found = _children(), set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in table.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return found
+
+
+def _alive(pids):
+    """(pid, command line) of those of ``pids`` still running."""
+    table, left = _children(), []
+    for pid in sorted(p for p in pids if p in table):
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        left.append((pid, line.strip()))
+    return left
+
+
+class Watcher:
+    """Records every process of the federation (and their children) while the run goes, to check that none
+    is left afterwards; optionally kills one process once the run folder's ledger holds ``after`` releases."""
+
+    def __init__(self, monkeypatch, ledger=None, kill=None, after=1):
+        self.seen, self.federation, self.killed = set(), None, None
+        self.ledger, self.kill, self.after = ledger, kill, after
+        self._stop = threading.Event()
+        original = flower_launch.Federation.start
+
+        def start(federation):
+            self.federation = original(federation)
+            threading.Thread(target=self._poll, daemon=True).start()
+            return self.federation
+
+        monkeypatch.setattr(flower_launch.Federation, "start", start)
+
+    def _poll(self):
+        while not self._stop.wait(0.3):
+            procs = [p.pid for p in self.federation.processes.values() if p.poll() is None]
+            self.seen |= _tree(procs)
+            if self.kill and self.killed is None and self.ledger is not None and self.ledger.exists():
+                if len(Ledger.open(self.ledger, readonly=True).entries) >= self.after:
+                    self.killed = self.federation.pid(self.kill)
+                    os.killpg(self.killed, signal.SIGKILL)
+
+    def left(self):
+        self._stop.set()
+        time.sleep(0.5)
+        return _alive(self.seen)
+
+
+def test_a_loopback_deployment_of_3_supernodes_reports_the_plans_epsilon_and_leaves_no_process(tmp_path, capsys,
+                                                                                               monkeypatch):
+    plan = _plan_file(tmp_path)
+    out, local = tmp_path / "fed", tmp_path / "local"
+    common = ["--plan", plan, "--data", "sinusoid", "--first-order", "--eval-tasks", "10", "--seed", "3"]
+    watcher = Watcher(monkeypatch)
+    start = time.monotonic()
+    assert main(["train", "dp-agr", "--engine", "flower", "--deployment", "local", "--clients", "3", *common,
+                 "--out", str(out)]) == 0
+    seconds = time.monotonic() - start
+    printed = capsys.readouterr().out
+    assert "Flower deployment on loopback" in printed and "3 clients" in printed
+    assert seconds < 120, seconds
+    assert len(watcher.seen) >= 5  # the SuperLink, 3 SuperNodes, flwr run, and their children
+    assert watcher.left() == []
+    report = json.loads((out / "privacy_report.json").read_text())
+    assert main(["plan", plan, "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert report["engine"] == "flower" and report["federated"]["mode"] == "local"
+    assert report["federated"]["clients"] == 3 and report["steps_done"] == 3
+    assert report["epsilon"] == pytest.approx(expected["epsilon"], rel=1e-9) and math.isfinite(report["epsilon"])
+    assert report["sampling"] == expected["sampling"]
+    assert [u["epsilon"] for u in report["other_units"]] == pytest.approx(
+        [u["epsilon"] for u in expected["other_units"]], rel=1e-9)
+    assert main(["train", "dp-agr", *common, "--out", str(local)]) == 0
+    mine = torch.load(out / "checkpoint.pt", weights_only=False)["params"]
+    theirs = torch.load(local / "checkpoint.pt", weights_only=False)["params"]
+    for name, value in theirs.items():
+        torch.testing.assert_close(mine[name], value, rtol=1e-5, atol=1e-7)
+
+
+def test_a_killed_supernode_and_a_garbage_client_are_dropped_updates_and_every_step_is_charged(tmp_path,
+                                                                                               monkeypatch):
+    text = PLAN.format(population=3, batch=3, steps=4).replace('"poisson"', '"none"').replace("batch_size = 3\n", "")
+    plan = loads_plan(text)
+    out = tmp_path / "run"
+    watcher = Watcher(monkeypatch, ledger=out / "ledger-task.jsonl", kill="supernode-2", after=1)
+    config = TrainConfig(algorithm="dp-agr", first_order=True, inner_lr=0.01, checkpoint_every=50,
+                         **plan_settings(plan, algorithms.get("dp-agr")))
+    result = flower_run.run_plan(config, out, plan=plan, table=tomllib.loads(text),
+                                 tasks=flower.SimulatedTasks("sinusoid", 3, 0), mode="local", timeout=20.0,
+                                 app=FAULTY_APP)
+    assert watcher.killed is not None
+    assert watcher.left() == []
+    fed = result.report["federated"]
+    # every step asks all 3; partition 1 always sends NaN (4 drops), partition 2 is dead from step 2 or 3 on
+    assert fed["updates_asked"] == 12 and 6 <= fed["updates_dropped"] <= 7, fed
+    assert len(Ledger.open(out / "ledger-task.jsonl", readonly=True).entries) == 4
+    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
+    assert all(torch.isfinite(v).all() for v in result.params.values())
+
+
+def test_a_superlink_that_dies_stops_the_run_and_resume_loses_no_release(tmp_path, capsys, monkeypatch):
+    plan = _plan_file(tmp_path, population=3, batch=2, steps=6)
+    out = tmp_path / "run"
+    argv = ["train", "dp-agr", "--engine", "flower", "--deployment", "local", "--plan", plan, "--data", "sinusoid",
+            "--first-order", "--eval-tasks", "10", "--checkpoint-every", "2", "--out", str(out)]
+    watcher = Watcher(monkeypatch, ledger=out / "ledger-task.jsonl", kill="superlink", after=2)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "SuperLink" in err and "stopped during the run" in err and "--resume" in err
+    assert (out / "flower-logs" / "superlink.log").exists() and str(out / "flower-logs") in err
+    assert watcher.left() == []
+    before = Ledger.open(out / "ledger-task.jsonl", readonly=True).entries
+    assert 2 <= len(before) < 6
+    monkeypatch.undo()
+    assert main(argv + ["--resume"]) == 0
+    after = Ledger.open(out / "ledger-task.jsonl", readonly=True).entries
+    assert len(after) >= 6 and [e.hash for e in after[:len(before)]] == [e.hash for e in before]
+    report = json.loads((out / "privacy_report.json").read_text())
+    capsys.readouterr()
+    assert main(["plan", plan, "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    # resumed after its checkpoint: the steps re-run after it are charged again, never fewer than the plan's
+    assert report["steps_done"] == 6 and report["epsilon"] >= expected["epsilon"] * (1 - 1e-12)
