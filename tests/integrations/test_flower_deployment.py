@@ -60,36 +60,10 @@ def _plan_file(tmp_path, population=3, batch=2, steps=3):
     return str(path)
 
 
-def _children():
-    """pid -> parent pid of every live process (Linux /proc)."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                table[int(entry.name)] = int(fields[1])
-    return table
-
-
-def _tree(roots):
-    table, found = _children(), set(roots)
-    grew = True
-    while grew:
-        grew = False
-        for pid, parent in table.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return found
-
-
 def _alive(pids):
     """(pid, command line) of those of ``pids`` still running."""
-    table, left = _children(), []
-    for pid in sorted(p for p in pids if p in table):
+    table, left = flower_launch.descendants(list(pids)), []
+    for pid in sorted(table):
         try:
             line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
@@ -118,7 +92,7 @@ class Watcher:
     def _poll(self):
         while not self._stop.wait(0.3):
             procs = [p.pid for p in self.federation.processes.values() if p.poll() is None]
-            self.seen |= _tree(procs)
+            self.seen |= set(flower_launch.descendants(procs))
             if self.kill and self.killed is None and self.ledger is not None and self.ledger.exists():
                 if len(Ledger.open(self.ledger, readonly=True).entries) >= self.after:
                     self.killed = self.federation.pid(self.kill)
@@ -205,3 +179,20 @@ def test_a_superlink_that_dies_stops_the_run_and_resume_loses_no_release(tmp_pat
     expected = json.loads(capsys.readouterr().out)
     # resumed after its checkpoint: the steps re-run after it are charged again, never fewer than the plan's
     assert report["steps_done"] == 6 and report["epsilon"] >= expected["epsilon"] * (1 - 1e-12)
+
+
+def test_superlink_mode_runs_on_a_federation_someone_else_started(tmp_path, capsys):
+    plan = _plan_file(tmp_path, population=3, batch=2, steps=2)
+    out = tmp_path / "run"
+    # "someone else": a SuperLink and 3 SuperNodes started apart from the command (here by the same helper)
+    with flower_launch.Federation(tmp_path / "theirs", "local", clients=3) as theirs:
+        assert main(["train", "dp-agr", "--engine", "flower", "--superlink", theirs.address, "--plan", plan, "--data",
+                     "sinusoid", "--first-order", "--eval-tasks", "10", "--out", str(out)]) == 0
+        assert all(p.poll() is None for p in theirs.processes.values())  # the command stops none of theirs
+    printed = capsys.readouterr().out
+    assert "Flower deployment on the given SuperLink" in printed
+    report = json.loads((out / "privacy_report.json").read_text())
+    assert main(["plan", plan, "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert report["federated"]["mode"] == "superlink" and report["steps_done"] == 2
+    assert report["epsilon"] == pytest.approx(expected["epsilon"], rel=1e-9)

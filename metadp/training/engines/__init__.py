@@ -13,6 +13,12 @@ client that computes its own (``flower.DpFedMetaStrategy``; Flower is an optiona
 module only where installed). Noise is drawn by the trainer in both, once per release, so the mechanism
 and its accounting do not depend on the engine.
 
+The Flower engine runs as a Flower App (``flower_app``: its ServerApp runs this trainer with
+``flower.DpFedMetaStrategy``, its ClientApp one task's update) under ``flwr run``: ``flower_run`` launches
+a plan's run, ``flower_launch`` starts, watches and stops Flower's processes (a SuperLink in simulation
+mode, or a loopback deployment of a SuperLink and N SuperNodes, or an existing SuperLink) with no torch.
+Flower users' own DP strategies are accounted by ``metadp.integrations.flower`` (outside the trainer).
+
 ``federated`` holds the checks of which runs the Flower engine takes (no torch, no flwr: the flags
 parser reads it). The package imports nothing, so those checks load without torch.
 """

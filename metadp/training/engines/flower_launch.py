@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 __all__ = ["MODES", "CONNECTION", "Federation", "FederationError", "free_port", "app_folder", "toml_value",
-           "started_processes"]
+           "descendants"]
 
 MODES = ("simulation", "local", "superlink")
 CONNECTION = "metadp"  # the connection's name in FLWR_HOME/config.toml
@@ -91,23 +91,6 @@ def _program(name: str) -> str:
     found = shutil.which(name)
     if found is None:
         raise FederationError(f"{name} is not installed here: pip install 'metadp[federated]'")
-    return found
-
-
-def started_processes(marker: str) -> List[int]:
-    """Process ids of this user's processes whose command line contains ``marker`` (Linux /proc; a check
-    that nothing was left running)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in line and state != "Z":
-            found.append(int(entry.name))
     return found
 
 
@@ -205,7 +188,7 @@ class Federation:
     def track(self) -> None:
         """Records the descendants of the processes started (``flwr-serverapp`` runs in a session of its own, so
         a process group does not reach it once its parent died): :meth:`stop` stops those too."""
-        self.seen.update(_descendants([p.pid for p in self.processes.values() if p.poll() is None]))
+        self.seen.update(descendants([p.pid for p in self.processes.values() if p.poll() is None]))
 
     def stop(self) -> None:
         """SIGTERM to every process group this federation started and every descendant it saw, SIGKILL after
@@ -295,8 +278,8 @@ def _processes() -> Dict[int, Tuple[int, str]]:
     return table
 
 
-def _descendants(roots: List[int]) -> Dict[int, str]:
-    """pid -> start time of every live descendant of ``roots`` (and the roots)."""
+def descendants(roots: List[int]) -> Dict[int, str]:
+    """pid -> start time of every live descendant of ``roots`` and of the roots (Linux /proc; zombies left out)."""
     table = _processes()
     found = {pid: table[pid][1] for pid in roots if pid in table}
     grew = True
