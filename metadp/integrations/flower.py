@@ -24,7 +24,7 @@ the number of replies, which no amplification theorem covers. Two pieces fix tha
   and makes its rounds the mechanism the accountant claims: it draws the round's clients itself
   (``poisson``: each of the N clients independently with probability m / N; ``fixed``: exactly m of the N
   uniformly), sends the round only to them, counts a client that fails or sends a non-finite update as a
-  zero update, and divides the noisy sum by the fixed m instead of the number of replies:
+  zero update (and adds an exactly zero update as zero itself: Flower's clip divides by its norm), and divides the noisy sum by the fixed m instead of the number of replies:
   ``new = current + (sum of clipped updates + N(0, (zC)^2 I)) / m``. A round that draws nobody still
   releases that noise (Poisson). Each round composes one event on its accountant.
 
@@ -48,7 +48,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from metadp.accounting.certify import certify
+from metadp.accounting._rdp_events import UnsupportedEventError
+from metadp.accounting.certify import accountant_names, certify
+from metadp.accounting.registry import make_accountant
 from metadp.core import events as ev
 
 try:  # an optional extra: the module imports without it, and each class says what to install
@@ -154,21 +156,23 @@ class MetadpPrivacyAccountant:
         return self._certify(delta, self._history)
 
     def get_delta(self, epsilon: float) -> float:
-        """The smallest delta on a bisection whose certified epsilon is at most ``epsilon`` (an upper bound)."""
+        """The smallest certified upper bound on delta at ``epsilon`` over metadp's accountants that support the
+        events (each accountant's own ``get_delta``)."""
         if not (epsilon >= 0 and math.isfinite(epsilon)):
             raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}")
         if not self._history:
             return 0.0
-        lo, hi = -300.0, 0.0  # log10 delta
-        if self.get_epsilon(1 - 1e-12) > epsilon:
-            return 1.0
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            if self.get_epsilon(10 ** mid) <= epsilon:
-                hi = mid
-            else:
-                lo = mid
-        return 10 ** hi
+        relation = metadp_event(self._config, self._history[0][0])[1]
+        bounds = []
+        for name in accountant_names("all"):
+            accountant = make_accountant(name, relation)
+            try:
+                for event, count in self._history:
+                    accountant.compose(metadp_event(self._config, event)[0], count)
+            except UnsupportedEventError:
+                continue
+            bounds.append(float(accountant.get_delta(epsilon)))
+        return min(bounds)
 
     def get_privacy_spent(self, delta: Optional[float] = None) -> "PrivacySpent":
         delta = self._config.target_delta if delta is None else delta
@@ -200,8 +204,8 @@ class MetadpPrivacyAccountant:
         self._config, self._history = fresh._config, fresh._history
 
 
-_SCHEMES = {"poisson": (SamplingMethod.POISSON, NeighboringRelation.ADD_OR_REMOVE_ONE) if _MISSING is None else None,
-            "fixed": (SamplingMethod.WITHOUT_REPLACEMENT, NeighboringRelation.REPLACE_ONE) if _MISSING is None else None}
+_SCHEMES = {"poisson": ("poisson", "add-or-remove-one"), "fixed": ("without-replacement", "replace-one")}
+"""ClientSelection's schemes: the (sampling_method, neighboring_relation) its accountant must have."""
 
 
 class ClientSelection(Strategy):
@@ -238,10 +242,10 @@ class ClientSelection(Strategy):
         if accountant is not None:
             method, relation = _SCHEMES[scheme]
             c = accountant.config
-            if _pair(c) != (method, relation) or c.population_size != population:
+            if tuple(x.value for x in _pair(c)) != (method, relation) or c.population_size != population:
                 raise ValueError(f"the accountant's configuration ({_pair(c)[0].value}, {_pair(c)[1].value}, "
                                  f"population {c.population_size}) is not this "
-                                 f"selection's ({method.value}, {relation.value}, population {population})")
+                                 f"selection's ({method}, {relation}, population {population})")
         self.strategy, self.clients, self.population, self.scheme = strategy, clients, population, scheme
         self.accountant = accountant
         self.rng = np.random.default_rng(seed)
@@ -276,12 +280,15 @@ class ClientSelection(Strategy):
             for record in reply.content.metric_records.values():
                 record[self.strategy.strategy.weighted_by_key] = 1
         dp = self.strategy
-        if valid:
-            dp.num_sampled_clients = len(valid)  # its noise std zC / len(valid) on the mean of len(valid)
-            arrays, metrics = dp.aggregate_train(server_round, valid)
-            scale = len(valid) / self.clients  # (sum + N(0, (zC)^2)) / m
+        # Flower's clip divides by the update's norm (an exactly unchanged model raises ZeroDivisionError there):
+        # a zero update adds nothing to the sum, so only the moving ones go through the wrapper
+        moving = [r for r in valid if _moves(r, current)]
+        if moving:
+            dp.num_sampled_clients = len(moving)  # its noise std zC / k on the mean of the k moving updates
+            arrays, metrics = dp.aggregate_train(server_round, moving)
+            scale = len(moving) / self.clients  # (sum + N(0, (zC)^2)) / m
             out = {k: current[k].numpy() + (arrays[k].numpy() - current[k].numpy()) * scale for k in current.keys()}
-        else:  # nobody answered: the release is the noise alone
+        else:  # nobody answered, or every update is zero: the release is the noise alone
             std = dp.noise_multiplier * dp.clipping_norm / self.clients
             out = {k: current[k].numpy() + self.rng.normal(0.0, std, current[k].numpy().shape) for k in current.keys()}
             metrics = MetricRecord({})
@@ -294,6 +301,12 @@ class ClientSelection(Strategy):
 
     def aggregate_evaluate(self, server_round, replies):
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _moves(reply: "Message", current: "ArrayRecord") -> bool:
+    """The reply's model differs from ``current`` (its update is not exactly zero)."""
+    record = next(iter(reply.content.array_records.values()))
+    return any(not np.array_equal(record[k].numpy(), current[k].numpy()) for k in current.keys())
 
 
 def _finite_reply(reply: "Message", current: "ArrayRecord") -> bool:

@@ -189,7 +189,14 @@ def test_superlink_mode_runs_on_a_federation_someone_else_started(tmp_path, caps
         assert main(["train", "dp-agr", "--engine", "flower", "--superlink", theirs.address, "--plan", plan, "--data",
                      "sinusoid", "--first-order", "--eval-tasks", "10", "--out", str(out)]) == 0
         assert all(p.poll() is None for p in theirs.processes.values())  # the command stops none of theirs
-    printed = capsys.readouterr().out
+        printed = capsys.readouterr().out
+        # a refusal on the server (4 clients planned, 3 connected) comes back as the one-line error of a refusal
+        (tmp_path / "four").mkdir()
+        four = _plan_file(tmp_path / "four", population=4, batch=2, steps=2)
+        assert main(["train", "dp-agr", "--engine", "flower", "--superlink", theirs.address, "--plan", four, "--data",
+                     "sinusoid", "--first-order", "--client-timeout", "3", "--out", str(tmp_path / "run4")]) == 2
+        err = capsys.readouterr().err
+        assert "the plan's sampling.population is 4 clients, but 3 are connected" in err
     assert "Flower deployment on the given SuperLink" in printed
     report = json.loads((out / "privacy_report.json").read_text())
     assert main(["plan", plan, "--json"]) == 0

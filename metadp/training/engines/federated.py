@@ -18,11 +18,19 @@ from metadp.plan import Plan
 from metadp.training.algorithms import Algorithm
 from metadp.training.run.plan_run import fresh_episodes, plan_algorithm_refusal
 
-__all__ = ["ENGINES", "DEPLOYMENTS", "INSTALL_HINT", "flower_refusal", "flower_installed", "deployment_refusal",
+__all__ = ["ENGINES", "FLOWER_MODES", "DEPLOYMENTS", "INSTALL_HINT", "flower_refusal", "flower_installed", "deployment_refusal",
            "flower_mode"]
 
 ENGINES = ("local", "flower")
-DEPLOYMENTS = ("simulation", "local")
+FLOWER_MODES = {
+    "simulation": "Flower simulation via flwr run: a SuperLink in simulation mode, the clients Flower's simulated "
+                  "SuperNodes (Ray)",
+    "local": "Flower deployment on loopback: a SuperLink and one SuperNode process per client, started and stopped by "
+             "metadp",
+    "superlink": "Flower deployment on the given SuperLink (--superlink): its SuperNodes are the clients",
+    "app": "a Flower ServerApp of your own (metadp.training.engines.flower.server_app)"}
+"""The Flower engine's modes, as the report (``federated.mode``, ``mode_means``) and the summary name them."""
+DEPLOYMENTS = ("simulation", "local")  # --deployment
 _DEPLOYMENT_FLAGS = ("deployment", "clients", "superlink", "root_certificates", "client_timeout")
 INSTALL_HINT = "pip install 'metadp[federated]'"
 

@@ -46,10 +46,8 @@ independent of each other).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
-import json
 import math
 import threading
 import time
@@ -67,7 +65,8 @@ from metadp.training.algorithms import functional as F
 from metadp.training.run.config import TrainConfig, TrainResult
 from metadp.training.algorithms.contributions import resolve as contribution_of
 from metadp.training.engines.local import clip_or_measure
-from metadp.training.engines.federated import INSTALL_HINT
+from metadp.training.engines.federated import FLOWER_MODES, INSTALL_HINT
+from metadp.training.engines.flower_launch import decode_job
 from metadp.training.run.state import stream_seed
 from metadp.training.run.trainer import check_run, train
 
@@ -88,12 +87,6 @@ def _require_flwr() -> None:
 
 __all__ = ["ClientTask", "SimulatedTasks", "Population", "DpFedMetaStrategy", "client_app", "client_update",
            "server_app", "model_of"]
-
-MODES = {"simulation": "flwr run on a SuperLink in simulation mode: the clients are Flower's simulated SuperNodes (Ray)",
-         "local": "a deployment on loopback: a SuperLink and one SuperNode process per client, started by metadp",
-         "superlink": "a deployment on an existing SuperLink (--superlink): its SuperNodes are the clients",
-         "app": "a ServerApp of your own (metadp.training.engines.flower.server_app)"}
-"""The engine's modes, as the report names them (``federated.mode``)."""
 
 _POLL = 0.02  # seconds between the server's polls for replies
 
@@ -160,12 +153,11 @@ def client_app(load_task: Optional[Callable[[int], ClientTask]] = None, *, mods=
 
 
 def _job_tasks(encoded: str) -> "SimulatedTasks":
-    """The clients' tasks of a ``metadp train --engine flower`` job (``flower_app.encode_job``)."""
-    job = json.loads(base64.urlsafe_b64decode(encoded.encode("ascii"))) if encoded else None
-    if not isinstance(job, dict) or "tasks" not in job:
+    """The clients' tasks of a ``metadp train --engine flower`` job (``flower_launch.encode_job``)."""
+    if not encoded:
         raise ValueError("this ClientApp builds its task from the run config's `job` of `metadp train --engine flower`, "
                          "which is missing; pass load_task to client_app for a federation of your own")
-    return SimulatedTasks(**job["tasks"])
+    return SimulatedTasks(**decode_job(encoded)["tasks"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +219,8 @@ class DpFedMetaStrategy:
         _require_flwr()
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode not in FLOWER_MODES:
+            raise ValueError(f"mode must be one of {', '.join(FLOWER_MODES)}, got {mode!r}")
         self.grid, self.node_of, self.timeout, self.mode = grid, dict(clients), float(timeout), mode
         # set: the next poll raises KeyboardInterrupt (the trainer's loop stops as on Ctrl-C)
         self.stop = stop if stop is not None else threading.Event()
@@ -337,7 +329,7 @@ class DpFedMetaStrategy:
         selected = sum(r["selected"] for r in self.rounds)
         dropped = sum(r["dropped"] for r in self.rounds)
         return {"engine": "flower", "federated": {
-            "framework": f"flwr {flwr.__version__}", "mode": self.mode, "mode_means": MODES[self.mode],
+            "framework": f"flwr {flwr.__version__}", "mode": self.mode, "mode_means": FLOWER_MODES[self.mode],
             "clients": len(self.node_of), "rounds_run": len(self.rounds),
             "updates_asked": selected, "updates_dropped": dropped,
             "rounds_with_dropouts": [dict(r, round=i + 1) for i, r in enumerate(self.rounds) if r["dropped"]],

@@ -11,6 +11,9 @@ Three modes (``MODES``):
 * ``superlink``: ``flwr run`` against a SuperLink someone else runs (``--superlink ADDRESS``); its
   SuperNodes must be started with ``--node-config "partition-id=<i>"``.
 
+What a run needs travels in ``flwr run``'s run config as one ``job`` string (:func:`encode_job`: base64
+JSON, versioned; the ServerApp and the ClientApp read it with :func:`decode_job`).
+
 Every process this module starts gets its own session (process group); :meth:`Federation.stop` sends
 SIGTERM to each group, then SIGKILL to what is left after a grace period, so nothing it started
 outlives it (Flower's ``flower-superexec`` and ``flwr-serverapp`` children, and Ray's workers in a
@@ -23,7 +26,10 @@ telemetry off (``FLWR_TELEMETRY_ENABLED=0``) and ``FLWR_HOME`` in the run's own 
 
 from __future__ import annotations
 
+import base64
 import ctypes
+import functools
+import json
 import os
 import shutil
 import signal
@@ -33,12 +39,37 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["MODES", "CONNECTION", "Federation", "FederationError", "free_port", "app_folder", "toml_value",
+from metadp.training.engines.federated import FLOWER_MODES
+
+__all__ = ["MODES", "CONNECTION", "JOB_VERSION", "encode_job", "decode_job", "Federation", "FederationError", "free_port", "app_folder", "toml_value",
            "descendants"]
 
-MODES = ("simulation", "local", "superlink")
+MODES = tuple(mode for mode in FLOWER_MODES if mode != "app")  # the modes this module starts a run in
+JOB_VERSION = 1
+
+
+def encode_job(job: Dict[str, Any]) -> str:
+    """The run config's ``job`` string for ``job`` (JSON, base64: no quotes for the run-config parser)."""
+    text = json.dumps(dict(job, version=JOB_VERSION), sort_keys=True)
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii")
+
+
+@functools.lru_cache(maxsize=8)
+def decode_job(encoded: str) -> Dict[str, Any]:
+    """The job of a run config (ValueError naming what is wrong: an app launched without metadp's job)."""
+    if not encoded:
+        raise ValueError("this Flower App runs jobs of `metadp train --engine flower`: the run config's `job` is empty")
+    try:
+        job = json.loads(base64.urlsafe_b64decode(encoded.encode("ascii")))
+    except ValueError as err:
+        raise ValueError(f"the run config's `job` is not a metadp job ({err})") from None
+    if not isinstance(job, dict) or job.get("version") != JOB_VERSION:
+        raise ValueError(f"the run config's `job` has version {job.get('version') if isinstance(job, dict) else None!r}; "
+                         f"this metadp reads version {JOB_VERSION} (the SuperLink's metadp differs from the launcher's)")
+    return job
+
 CONNECTION = "metadp"  # the connection's name in FLWR_HOME/config.toml
 _START_TIMEOUT = 60.0  # seconds for a SuperLink to answer its health check
 _GRACE = 5.0  # seconds between SIGTERM and SIGKILL when stopping a process group

@@ -1,7 +1,7 @@
 """``metadp train ALGO --engine flower --plan FILE``: the plan's run as metadp's Flower App under ``flwr run``.
 
 :func:`run_plan` checks every refusal of the trainer before any process starts, writes the job
-(``flower_app.encode_job``), starts the federation of the mode (``flower_launch.Federation``:
+(``flower_launch.encode_job``), starts the federation of the mode (``flower_launch.Federation``:
 ``simulation``, ``local`` or ``superlink``), runs ``flwr run`` while its progress bar follows the run
 folder's ledger, stops every process it started, and returns the server's result (``TrainResult``).
 The ServerApp writes the run folder exactly as the local trainer does (ledgers, checkpoints,
@@ -12,6 +12,7 @@ the federation and raises ``TrainingInterrupted``: the ledgers hold every releas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,8 +24,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from metadp.training.engines import flower
-from metadp.training.engines.flower_app import encode_job
-from metadp.training.engines.flower_launch import Federation, FederationError, app_folder
+from metadp.training.engines.flower_launch import Federation, FederationError, app_folder, encode_job
 from metadp.training.run.config import TrainConfig, TrainResult
 from metadp.training.run.trainer import TrainingInterrupted, check_run
 
@@ -68,9 +68,9 @@ def _outcome(handoff: Path, code: int, logs: Callable[[], Path], warn) -> Option
             warn(note)
     if (handoff / "error.json").exists():
         error = json.loads((handoff / "error.json").read_text(encoding="utf-8"))
-        if error["type"] == "ValueError":
+        if error["kind"] == "refusal":
             raise ValueError(error["message"])
-        if error["type"] in ("KeyboardInterrupt", "TrainingInterrupted"):
+        if error["kind"] == "interrupted":
             raise TrainingInterrupted(error["message"])
         raise FederationError(f"the Flower server failed: {error['type']}: {error['message']} (logs: {logs()})")
     if (handoff / "result.pt").exists():
@@ -110,7 +110,7 @@ def run_plan(config: TrainConfig, out, *, plan, table: Dict[str, Any], tasks: "f
         work = Path(folder)
         handoff = work / "handoff"
         handoff.mkdir()
-        job = {"plan": table, "config": _config_fields(config), "tasks": _fields(tasks), "out": str(out),
+        job = {"plan": table, "config": dataclasses.asdict(config), "tasks": dataclasses.asdict(tasks), "out": str(out),
                "resume": resume, "resume_changed": resume_changed, "setup": setup, "timeout": float(timeout),
                "mode": mode, "handoff": str(handoff), "launcher": os.getpid() if mode != "superlink" else None}
         federation = Federation(work, mode, clients=population, superlink=superlink,
@@ -137,10 +137,3 @@ def run_plan(config: TrainConfig, out, *, plan, table: Dict[str, Any], tasks: "f
                                   f"ledgers in {out}: --resume continues the run") from None
         return _outcome(handoff, code, lambda: _keep_logs(work, out), warn)
 
-
-def _fields(tasks) -> Dict[str, Any]:
-    return {k: getattr(tasks, k) for k in tasks.__dataclass_fields__}
-
-
-def _config_fields(config: TrainConfig) -> Dict[str, Any]:
-    return {k: getattr(config, k) for k in config.__dataclass_fields__}

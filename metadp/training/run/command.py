@@ -231,8 +231,8 @@ def _run_plan(args) -> None:
     setup = {"--data": args.data, "--rotations": args.rotations, "--shots": args.shots,
              "--norm": args.norm if datasets.get(args.data).images else None, "--plan": table}
     with _Bar(plan.steps, args.algorithm, now=long) as bar:
-        def progress(step, loss, spent):
-            bar.show(step, {"loss": f"{loss:.3f}"})
+        def progress(step, loss, spent):  # a Flower run knows the loss only from its metric lines (NaN before)
+            bar.show(step, {"loss": f"{loss:.3f}"} if math.isfinite(loss) else {})
 
         def warn(message):
             bar.clear()

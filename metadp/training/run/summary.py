@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from metadp.report import format_upper
 
-_MODES = {"simulation": "Flower simulation via flwr run", "local": "Flower deployment on loopback: a SuperLink and "
-          "one SuperNode process per client", "superlink": "Flower deployment on the given SuperLink"}
-
 __all__ = ["print_plan_run", "print_flag_run", "plan_promise"]
 
 
@@ -17,7 +14,7 @@ def print_plan_run(args, plan, alg, report: dict) -> None:
           f"steps; {plan.sampling.text('task')}")
     if args.engine == "flower":
         fed = report["federated"]
-        print(f"engine flower ({_MODES.get(fed.get('mode'), 'Flower')}): {fed['clients']:,} clients, one task each; "
+        print(f"engine flower ({fed['mode_means']}): {fed['clients']:,} clients, one task each; "
               f"{fed['updates_dropped']:,} of {fed['updates_asked']:,} asked updates dropped (counted as zero updates)")
     _print_processes(report)
     if not alg.private:

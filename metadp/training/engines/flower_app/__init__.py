@@ -2,7 +2,7 @@
 DP-FedMeta with metadp's trainer as the ServerApp and one task per ClientApp.
 
 ``metadp train ALGO --engine flower --plan FILE`` runs it with ``flwr run`` (``flower_run``); everything
-the apps need travels in the run config's ``job``: base64 of a JSON object (:func:`encode_job`) with the
+the apps need travels in the run config's ``job``: base64 of a JSON object (``flower_launch.encode_job``) with the
 plan's table, the run's ``TrainConfig``, the clients' tasks (``flower.SimulatedTasks``: the data set, pool
 and seed every client builds its own task from), the run folder, resume flags, the engine's mode, the
 client timeout, the launcher's process id where it runs on this machine (the server stops when it is
@@ -18,10 +18,8 @@ The run folder and the handoff are paths on the SuperLink's machine.
 
 from __future__ import annotations
 
-import base64
 import copy
 import dataclasses
-import functools
 import json
 import os
 import signal
@@ -36,34 +34,13 @@ import torch
 
 from metadp.plan import Plan
 from metadp.training.engines import flower
+from metadp.training.engines.flower_launch import decode_job
 from metadp.training.run.config import TrainConfig
 from metadp.training.run.trainer import ResumeWarning, train
 
-__all__ = ["server", "client", "encode_job", "decode_job", "JOB_VERSION"]
+__all__ = ["server", "client", "run_job"]
 
-JOB_VERSION = 1
 _EXIT_GRACE = 15.0  # seconds after SIGINT before a server whose launcher is gone exits regardless
-
-
-def encode_job(job: Dict[str, Any]) -> str:
-    """The run config's ``job`` string for ``job`` (JSON, base64: no quotes for the run-config parser)."""
-    text = json.dumps(dict(job, version=JOB_VERSION), sort_keys=True)
-    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii")
-
-
-@functools.lru_cache(maxsize=8)
-def decode_job(encoded: str) -> Dict[str, Any]:
-    """The job of a run config (ValueError naming what is wrong: an app launched without metadp's job)."""
-    if not encoded:
-        raise ValueError("this Flower App runs jobs of `metadp train --engine flower`: the run config's `job` is empty")
-    try:
-        job = json.loads(base64.urlsafe_b64decode(encoded.encode("ascii")))
-    except ValueError as err:
-        raise ValueError(f"the run config's `job` is not a metadp job ({err})") from None
-    if not isinstance(job, dict) or job.get("version") != JOB_VERSION:
-        raise ValueError(f"the run config's `job` has version {job.get('version') if isinstance(job, dict) else None!r}; "
-                         f"this metadp reads version {JOB_VERSION} (the SuperLink's metadp differs from the launcher's)")
-    return job
 
 
 def _tasks(job: Dict[str, Any]) -> flower.SimulatedTasks:
@@ -128,8 +105,10 @@ if server is not None:
         try:
             result = run_job(grid, job)
         except BaseException as err:  # noqa: B036 - the launcher reads it; Flower would only log it
+            kind = ("refusal" if isinstance(err, ValueError) else "interrupted" if isinstance(err, KeyboardInterrupt)
+                    else "failure")
             _write(job.get("handoff"), "error.json", lambda p: p.write_text(json.dumps({
-                "type": type(err).__name__, "message": str(err),
+                "kind": kind, "type": type(err).__name__, "message": str(err),
                 "trace": "".join(traceback.format_exception(type(err), err, err.__traceback__))})))
             raise
         _write(job.get("handoff"), "result.pt", lambda p: torch.save(dataclasses.asdict(result), p))
