@@ -16,7 +16,6 @@ whatever the engine cannot run is refused with one line before anything is writt
 import json
 import math
 import time
-import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -26,17 +25,17 @@ torch = pytest.importorskip("torch")
 from metadp.accounting.ledger import Ledger  # noqa: E402
 from metadp.cli import main  # noqa: E402
 from metadp.plan import loads_plan, plan_epsilon  # noqa: E402
-from metadp.training import algorithms  # noqa: E402
 from metadp.training.engines import federated  # noqa: E402
 from metadp.training.algorithms import models  # noqa: E402
 from metadp.training.data import tasks  # noqa: E402
 from metadp.training.algorithms import functional as F  # noqa: E402
 from metadp.training.run.config import TrainConfig  # noqa: E402
-from metadp.training.run.plan_run import plan_settings  # noqa: E402
 from metadp.training.run.state import stream_seed  # noqa: E402
 from metadp.training.data.samplers import sampler_for  # noqa: E402
 from metadp.training.run.trainer import TrainingInterrupted, train  # noqa: E402
 from metadp.verify.fidelity import poisson_inclusion_test  # noqa: E402
+
+from flower_grid import InProcessGrid, Tasks, _config, _model, _mse  # noqa: E402
 
 PLAN = """\
 name = "DP-AGR, {population} sinusoid clients"
@@ -59,102 +58,10 @@ def _plan_text(population=20, batch=5, steps=3, scheme="poisson"):
     return PLAN.format(population=population, batch=batch, steps=steps, scheme=scheme)
 
 
-def _mse(out, y):
-    return ((out - y) ** 2).mean()
-
-
-def _model():
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(stream_seed(0, "model"))
-        return models.MLP()
-
-
-def _config(algorithm, plan, **extra):
-    extra.setdefault("checkpoint_every", 50)  # a plan run's checkpoint computes the plan's report (~0.1 s)
-    return TrainConfig(algorithm=algorithm, first_order=True, inner_lr=0.01,
-                       **plan_settings(plan, algorithms.get(algorithm)), **extra)
-
-
-@pytest.fixture
-def flower(monkeypatch):
-    pytest.importorskip("flwr")
-    from flwr.supercore.task_identity import TaskIdentity
-
-    from metadp.training.engines import flower
-
-    # who this process is, to Flower's Message constructor (a ServerApp process has it set by Flower)
-    for name, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
-        monkeypatch.setattr(TaskIdentity, name, getattr(TaskIdentity, name) or value)
-    return flower
-
-
-class InProcessGrid:
-    """Flower's Grid, in this process: each pushed message is answered at once by the real ClientApp
-    (an exception becomes Flower's error reply, as the simulation's workers make it); partitions in
-    ``silent`` never answer train messages. Node ids are not in partition order."""
-
-    def __init__(self, app, population, *, silent=(), garbage=None):
-        from flwr.app import Context, Error, Message, RecordDict
-
-        self._flwr = (Context, Error, Message, RecordDict)
-        self.app, self.population, self.silent = app, population, set(silent)
-        self.garbage = dict(garbage or {})  # partition id -> what it sends instead of its update
-        self.partition_of = {10_007 * (i + 3) % 99_991 + 1: i for i in range(population)}
-        self.asked = {}  # step (the message's group id) -> partition ids sent a train message, in order
-        self._replies = {}
-
-    def get_node_ids(self):
-        return list(self.partition_of)
-
-    def push_messages(self, messages):
-        Context, Error, Message, RecordDict = self._flwr
-        ids = []
-        for m in messages:
-            m.metadata.__dict__["_message_id"] = uuid.uuid4().hex  # as Flower's grids number them
-            ids.append(m.metadata.message_id)
-            pid = self.partition_of[m.metadata.dst_node_id]
-            if m.metadata.message_type == "train":
-                self.asked.setdefault(int(m.metadata.group_id), []).append(pid)
-                if pid in self.silent:
-                    continue
-            context = Context(run_id=1, node_id=m.metadata.dst_node_id, state=RecordDict(), run_config={},
-                              node_config={"partition-id": pid, "num-partitions": self.population})
-            try:
-                reply = self.app(m, context)
-                if m.metadata.message_type == "train" and pid in self.garbage:
-                    reply.content["arrays"] = self.garbage[pid](reply.content["arrays"])
-                self._replies[m.metadata.message_id] = reply
-            except Exception as err:  # noqa: BLE001 - a failing client, as the simulation reports it
-                self._replies[m.metadata.message_id] = Message(Error(code=0, reason=repr(err)), reply_to=m)
-        return ids
-
-    def pull_messages(self, ids):
-        return [self._replies.pop(i) for i in list(ids) if i in self._replies]
-
-
-class Tasks:
-    """The clients' tasks: sinusoid task ``partition-id`` of one pool; ``fail`` raise, ``nan`` send NaN."""
-
-    def __init__(self, population, fail=(), nan=()):
-        self.pool, self.fail, self.nan = tasks.SinusoidPool(population, 10, 10, seed=0), set(fail), set(nan)
-        self.model = models.MLP()
-
-    def __call__(self, pid):
-        from metadp.training.engines.flower import ClientTask
-
-        if pid in self.fail:
-            raise RuntimeError(f"client {pid} crashed")
-        return ClientTask(self.model, self.pool, pid, _nan_mse if pid in self.nan else _mse)
-
-
-def _nan_mse(out, y):
-    return _mse(out, y) * math.nan
-
-
 def _engine(flower, population, timeout=5.0, **faults):
     silent, garbage = faults.pop("silent", ()), faults.pop("garbage", None)
     grid = InProcessGrid(flower.client_app(Tasks(population, **faults)), population, silent=silent, garbage=garbage)
-    return grid, flower.DpFedMetaStrategy.connect(grid, population, timeout=timeout)
+    return grid, flower.DpFedMetaStrategy(timeout=timeout).connect(grid, population)
 
 
 def _clients(population):
@@ -308,7 +215,7 @@ def test_clients_that_do_not_match_the_population_are_refused_before_any_step(fl
         grid.partition_of[second] = grid.partition_of[first]
         grid.partition_of.pop(next(n for n, p in grid.partition_of.items() if p == 4))
     with pytest.raises(ValueError, match=words):
-        flower.DpFedMetaStrategy.connect(grid, 4, timeout=0.2)
+        flower.DpFedMetaStrategy(timeout=0.2).connect(grid, 4)
     assert grid.asked == {}
 
 
@@ -436,29 +343,6 @@ def test_a_flower_simulation_of_20_clients_reports_the_plans_epsilon_and_trains_
     for name, value in theirs.items():
         torch.testing.assert_close(mine[name], value, rtol=1e-5, atol=1e-7)
     assert json.loads((local / "privacy_report.json").read_text())["epsilon"] == report["epsilon"]
-
-
-@pytest.mark.slow
-def test_a_client_that_sends_garbage_in_a_simulation_counts_as_dropped_updates(flower, tmp_path):
-    import tomllib
-    from pathlib import Path
-
-    from metadp.training.engines import flower_run
-
-    text = _plan_text(20, 5, steps=4)
-    plan = loads_plan(text)
-    app = Path(__file__).with_name("flower_faulty_app")  # metadp's app; partition-id 1 sends NaN arrays
-    result = flower_run.run_plan(_config("dp-agr", plan), tmp_path / "run", plan=plan, table=tomllib.loads(text),
-                                 tasks=flower.SimulatedTasks("sinusoid", 20, 0), mode="simulation", app=app)
-    sampler = sampler_for(plan.sampling, torch.Generator().manual_seed(stream_seed(0, "sampler")))
-    drawn = [torch.nonzero(sampler.sample()).flatten().tolist() for _ in range(4)]
-    expected = sum(p == 1 for step in drawn for p in step)
-    fed = result.report["federated"]
-    assert expected > 0 and fed["updates_asked"] == sum(map(len, drawn)) and fed["mode"] == "simulation"
-    assert fed["updates_dropped"] == expected
-    assert len(Ledger.open(tmp_path / "run" / "ledger-task.jsonl", readonly=True).entries) == 4
-    assert result.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-9)
-    assert all(torch.isfinite(v).all() for v in result.params.values())
 
 
 @pytest.mark.slow

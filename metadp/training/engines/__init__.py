@@ -9,12 +9,14 @@ reports; an engine only computes the step's clipped sum. An engine has
 * ``report_fields()`` -> the keys it adds to ``privacy_report.json`` (at least ``engine``).
 
 ``local`` (``local.LOCAL``): this process computes every task's contribution. ``flower``: each task is a Flower
-client that computes its own (``flower.DpFedMetaStrategy``; Flower is an optional extra, imported by that
-module only where installed). Noise is drawn by the trainer in both, once per release, so the mechanism
-and its accounting do not depend on the engine.
+client that computes its own (``flower.DpFedMetaStrategy``, a Flower ``Strategy``, on the server;
+``flower_client`` on the clients; Flower is an optional extra, imported by those modules only where
+installed). The released sum's noise is drawn by the trainer in both, once per release, so the mechanism
+and its accounting do not depend on the engine; DP-AGRLR's local noise is the client's own (drawn by the
+local engine from the run's generator, by a Flower client from the operating system's entropy).
 
-The Flower engine runs as a Flower App (``flower_app``: its ServerApp runs this trainer with
-``flower.DpFedMetaStrategy``, its ClientApp one task's update) under ``flwr run``: ``flower_run`` launches
+The Flower engine runs as a Flower App (``flower_app``: its ServerApp starts ``flower.DpFedMetaStrategy``,
+which runs this trainer; its ClientApp computes one task's update) under ``flwr run``: ``flower_run`` launches
 a plan's run, ``flower_launch`` starts, watches and stops Flower's processes (a SuperLink in simulation
 mode, or a loopback deployment of a SuperLink and N SuperNodes, or an existing SuperLink) with no torch.
 Flower users' own DP strategies are accounted by ``metadp.integrations.flower`` (outside the trainer).

@@ -15,11 +15,12 @@ import importlib.util
 from typing import Optional
 
 from metadp.plan import Plan
+from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
 from metadp.training.run.plan_run import fresh_episodes, plan_algorithm_refusal
 
-__all__ = ["ENGINES", "FLOWER_MODES", "DEPLOYMENTS", "INSTALL_HINT", "flower_refusal", "flower_installed", "deployment_refusal",
-           "flower_mode"]
+__all__ = ["ENGINES", "FLOWER_MODES", "DEPLOYMENTS", "INSTALL_HINT", "flower_refusal", "flower_installed",
+           "deployment_refusal", "flower_mode", "client_algorithms"]
 
 ENGINES = ("local", "flower")
 FLOWER_MODES = {
@@ -33,6 +34,13 @@ FLOWER_MODES = {
 DEPLOYMENTS = ("simulation", "local")  # --deployment
 _DEPLOYMENT_FLAGS = ("deployment", "clients", "superlink", "root_certificates", "client_timeout")
 INSTALL_HINT = "pip install 'metadp[federated]'"
+
+
+def client_algorithms() -> tuple:
+    """The registered algorithms a Flower client computes: the meta-loop ones without a DP inner loop of the
+    task's own (DP-AGR, MAML, Reptile) and those whose client adds its own local noise (DP-AGRLR)."""
+    return tuple(name for name in algorithms.names(meta_loop=True)
+                 if not algorithms.get(name).inner_dp or getattr(algorithms.get(name), "local_noise", False))
 
 
 def flower_installed() -> bool:
@@ -81,10 +89,14 @@ def flower_refusal(alg: Algorithm, plan: Optional[Plan], *, chunk_size=None, dev
     why = plan_algorithm_refusal(alg, plan)
     if why is not None:
         return f"--engine flower: {why}"
-    if alg.private and alg.form != "task_clip":
-        return (f"--engine flower: {alg.name}'s clients would run a DP inner loop (release.form = '{alg.form}'), which "
-                "the Flower engine does not run yet; it runs task_clip releases (dp-agr, dp-maml) and the non-private "
-                "algorithms")
+    if alg.name not in client_algorithms():
+        return (f"--engine flower: {alg.name}'s tasks would run a DP inner loop of their own (release.form = "
+                f"'{alg.form}'), which no Flower client computes: the Flower engine runs {', '.join(client_algorithms())}")
+    if (plan.record_multiplicity or 1) > 1 and any(u.charge == "visit" for u in plan.units()):
+        return (f"--engine flower: the plan's record_multiplicity is {plan.record_multiplicity} and its "
+                f"{next(u.key for u in plan.units() if u.charge == 'visit')} view is charged per visit of a record: the "
+                "server cannot see which records clients share, so it cannot count a record's visits; with each record "
+                "held by one client (record_multiplicity = 1, DP-FedMeta's setting) a record's visits are its client's")
     if fresh_episodes(plan):
         return ("--engine flower: the plan draws fresh episodes through [[hierarchy]] levels, but a client holds one "
                 "fixed task of the population: use a plan without [[hierarchy]] (one client = one task)")

@@ -3,25 +3,24 @@ one task, the server runs metadp's trainer step, and the run's report is the pla
 
 Roles (Flower's Message API: a ``ServerApp`` and a ``ClientApp``):
 
-* **client** (:func:`client_app`): one client = one task of the plan's population, identified by the
-  ``partition-id`` in its node config (a SuperNode started with ``--node-config "partition-id=3"``; the
-  simulation numbers its nodes 0..N-1). On a ``train`` message (the global parameters and the inner-loop
-  settings) it runs the algorithm's per-task computation on its own task (DP-AGR: the MAML inner loop and
-  the meta-gradient, dp-fedmeta.txt Alg. 1, client side) and replies with it, neither clipped nor
-  noised. On a ``query`` message it says its ``partition-id``.
-* **server** (:class:`DpFedMetaStrategy`): the ``engine`` of ``metadp.training.run.trainer.train``. The
-  trainer's loop draws the step's clients with the plan's sampler (``_Run``: Poisson, each client
-  independently, an empty draw still releases noise; fixed-size batches under the substitution relation;
-  shuffled passes; everyone), never Flower's own node sampling; :meth:`DpFedMetaStrategy.configure_train`
-  sends one message to each drawn client and to no other; :meth:`DpFedMetaStrategy.aggregate_train`
-  checks the replies; the loop then clips each client's update to C, sums, adds N(0, (zC)^2) once with
-  the run's noise generator, appends the release to every ledger, and updates the model: the local
-  engine's code, so on one seed both engines draw the same clients and the same noise and agree on the
-  model to float rounding.
-* :func:`server_app`: a ServerApp that waits for the clients and runs the trainer with the strategy, for a
-  Flower App of your own. The app metadp ships (``flower_app``) and ``metadp train --engine flower``
-  (``flower_run``: ``flwr run`` on a local simulation, on a loopback deployment it starts, or on an
-  existing SuperLink) use the same strategy and client.
+* **client** (``flower_client``, re-exported here: :func:`client_app`, :func:`client_update`): one
+  client = one task of the plan's population, identified by the ``partition-id`` in its node config (a
+  SuperNode started with ``--node-config "partition-id=3"``; the simulation numbers its nodes 0..N-1).
+  On a ``train`` message it computes its algorithm's per-task update on its own task and replies with
+  it (DP-AGR: the meta-gradient, neither clipped nor noised; DP-AGRLR: its locally noised mean).
+* **server** (:class:`DpFedMetaStrategy`, a Flower ``Strategy``): its ``start(grid, ...)`` runs
+  ``metadp.training.run.trainer.train`` with the strategy as the ``engine``. The trainer's loop draws the
+  step's clients with the plan's sampler (``_Run``: Poisson, each client independently, an empty draw
+  still releases noise; fixed-size batches under the substitution relation; shuffled passes; everyone),
+  never Flower's own node sampling; :meth:`DpFedMetaStrategy.configure_train` sends one message to each
+  drawn client and to no other; :meth:`DpFedMetaStrategy.aggregate_train` checks the replies, clips each
+  to C and sums them; the loop then adds N(0, (zC)^2) once with the run's noise generator, appends the
+  release to every ledger, and updates the model: the local engine's code, so on one seed both engines
+  draw the same clients and the same noise and, for DP-AGR, agree on the model to float rounding.
+* :func:`server_app`: a ServerApp that starts the strategy, for a Flower App of your own. The app metadp
+  ships (``flower_app``) and ``metadp train --engine flower`` (``flower_run``: ``flwr run`` on a local
+  simulation, on a loopback deployment it starts, or on an existing SuperLink) use the same strategy
+  and client.
 
 Clients that fail. A selected client that raises, does not answer within ``timeout`` seconds, or sends
 anything but a finite update of the model's names and shapes contributes a zero update to that step.
@@ -35,8 +34,9 @@ The report counts the dropped updates (``federated``); those counts, like who wa
 server's knowledge and are not covered by the guarantee: remove them from a report you publish.
 
 Whom the guarantee protects against: anyone who sees the released noisy aggregates and the models
-(each selected client receives the current model: it is such an observer). Not the server: it sees
-every selected client's update before the noise (DP-AGR). Clients are assumed honest-but-curious
+(each selected client receives the current model: it is such an observer). Not the server under
+DP-AGR: it sees every selected client's update before the noise. Under DP-AGRLR the record-level
+``record-vs-server`` view holds against the server too (it sees only locally noised means). Clients are assumed honest-but-curious
 (they compute their update as told; they never see another client's update). Amplification by
 sampling assumes the selection stays hidden: against an observer who can tell which clients were sent
 the model, only one Gaussian release per round holds; under fixed-size selection, colluding clients
@@ -47,152 +47,41 @@ independent of each other).
 from __future__ import annotations
 
 import dataclasses
-import functools
+import logging
 import math
 import threading
 import time
-from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
-from metadp.training import algorithms
-
-from metadp.training.data import setups as data_setups
-
-from metadp.training.data import datasets
+from metadp.training.engines.federated import FLOWER_MODES, client_algorithms
+from metadp.training.engines.flower_client import (ClientTask, SimulatedTasks, client_app, client_update, model_of,
+                                                   require_flwr, train_settings)
+from metadp.training.engines.local import clip_or_measure
 from metadp.training.algorithms import functional as F
 from metadp.training.run.config import TrainConfig, TrainResult
-from metadp.training.algorithms.contributions import resolve as contribution_of
-from metadp.training.engines.local import clip_or_measure
-from metadp.training.engines.federated import FLOWER_MODES, INSTALL_HINT
-from metadp.training.engines.flower_launch import decode_job
-from metadp.training.run.state import stream_seed
-from metadp.training.run.trainer import check_run, train
+from metadp.training.run.trainer import train
 
 try:  # an optional extra: this module imports without it, and each entry point says what to install
     import flwr
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-    from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
-except ImportError as _err:  # pragma: no cover - exercised only without flwr
-    flwr, _MISSING = None, _err
-
-
-def _require_flwr() -> None:
-    """Raises ImportError (with the install hint) where Flower's simulation engine is not installed."""
-    if flwr is None:
-        raise ImportError(f"the flower engine (metadp.training.engines.flower) needs Flower's simulation engine: "
-                          f"{INSTALL_HINT}") from _MISSING
+    from flwr.serverapp.strategy import Result, Strategy
+except ImportError:  # pragma: no cover - exercised only without flwr
+    flwr, Strategy = None, object
 
 __all__ = ["ClientTask", "SimulatedTasks", "Population", "DpFedMetaStrategy", "client_app", "client_update",
-           "server_app", "model_of"]
+           "client_algorithms", "server_app", "model_of"]
 
 _POLL = 0.02  # seconds between the server's polls for replies
-
-
-# -- the client ---------------------------------------------------------------------------------------
-class ClientTask(NamedTuple):
-    """What one client holds: the model's architecture (its weights are the server's), a task pool with
-    ``batch``/``joint_batch`` (``metadp.training.data.tasks``), the row of its own task there, and the loss."""
-
-    model: torch.nn.Module
-    tasks: Any
-    row: int
-    loss_fn: Callable
-
-
-def client_update(task: ClientTask, params: Dict[str, torch.Tensor], *, algorithm: str, inner_steps: int,
-                  inner_lr: float, first_order: bool):
-    """(update, loss): the algorithm's per-task contribution on the client's own task at ``params``
-    (``metadp.training.algorithms.contributions``; DP-AGR: the MAML meta-gradient), unclipped, and its query loss."""
-    alg = algorithms.get(algorithm)
-    if alg.inner_dp or not alg.meta_loop:
-        raise ValueError(f"algorithm {algorithm!r}: a Flower client computes the per-task updates of "
-                         f"{', '.join(algorithms.names(meta_loop=True, inner_dp=False))}, without noise of its own")
-    config = TrainConfig(algorithm=algorithm, inner_steps=inner_steps, inner_lr=inner_lr, first_order=first_order)
-    rows = torch.tensor([task.row])
-    updates, losses = contribution_of(alg)(alg, task.model, params, task.tasks, rows, task.loss_fn, config, None)
-    return {k: v[0].detach() for k, v in updates.items()}, float(losses[0])
-
-
-def _partition(context) -> int:
-    return int(context.node_config["partition-id"])
-
-
-def client_app(load_task: Optional[Callable[[int], ClientTask]] = None, *, mods=None) -> ClientApp:
-    """The ClientApp of one client: ``load_task(partition_id)`` gives its task (cache inside it: it is called
-    for every message). None: the tasks the run config's ``job`` names (``SimulatedTasks``; the app metadp
-    ships, ``metadp.training.engines.flower_app``). ``mods``: Flower client mods around it."""
-    _require_flwr()
-    app = ClientApp(mods=mods)
-
-    def task_of(context) -> ClientTask:
-        pid = _partition(context)
-        if load_task is not None:
-            return load_task(pid)
-        from_job = _job_tasks(str(context.run_config.get("job", "")))
-        return from_job(pid)
-
-    @app.query()
-    def identify(message, context):
-        return Message(RecordDict({"client": ConfigRecord({"partition-id": _partition(context)})}), reply_to=message)
-
-    @app.train()
-    def update(message, context):
-        pid = _partition(context)
-        settings = message.content["config"]
-        params = message.content["arrays"].to_torch_state_dict()
-        grads, loss = client_update(task_of(context), params, algorithm=str(settings["algorithm"]),
-                                    inner_steps=int(settings["inner-steps"]), inner_lr=float(settings["inner-lr"]),
-                                    first_order=bool(settings["first-order"]))
-        return Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=grads),
-                                   "metrics": MetricRecord({"loss": loss, "partition-id": pid})}), reply_to=message)
-
-    return app
-
-
-def _job_tasks(encoded: str) -> "SimulatedTasks":
-    """The clients' tasks of a ``metadp train --engine flower`` job (``flower_launch.encode_job``)."""
-    if not encoded:
-        raise ValueError("this ClientApp builds its task from the run config's `job` of `metadp train --engine flower`, "
-                         "which is missing; pass load_task to client_app for a federation of your own")
-    return SimulatedTasks(**decode_job(encoded)["tasks"])
-
-
-@dataclasses.dataclass(frozen=True)
-class SimulatedTasks:
-    """The clients' tasks of a simulation: task ``partition-id`` of the pool that ``metadp train --data``
-    builds from these settings (the pool is built once per worker process)."""
-
-    data: str
-    pool: int
-    seed: int
-    data_dir: Optional[str] = None
-    rotations: bool = False
-    norm: Optional[str] = None
-
-    def __call__(self, partition_id: int) -> ClientTask:
-        model, pool, loss_fn = _simulated_pool(self)
-        if not 0 <= partition_id < pool.size:
-            raise ValueError(f"partition-id must be in [0, {pool.size}), got {partition_id}")
-        return ClientTask(model, pool, partition_id, loss_fn)
-
-
-def model_of(spec: SimulatedTasks) -> torch.nn.Module:
-    """The model (architecture and initial weights from the run's seed) of ``spec``'s run, as ``metadp train``
-    builds it (the server starts from it; the clients only use its architecture)."""
-    return _simulated_pool(spec)[0]
-
-
-@functools.lru_cache(maxsize=4)
-def _simulated_pool(spec: SimulatedTasks):
-    args = SimpleNamespace(**dataclasses.asdict(spec), device="cpu", fresh_episodes=False, shots=None, n_way=None)
-    make, pool, loss_fn, _ = data_setups.resolve(datasets.get(spec.data).setup)(args)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(stream_seed(spec.seed, "model"))  # the architecture only: the server sends the weights
-        model = make()
-    return model, pool, loss_fn
+_LOG = logging.getLogger("metadp.flower")
+_ADVERSARY = {
+    None: "anyone who sees the released noisy aggregates and the models; not the server, which sees each selected "
+          "client's update before the noise (DP-AGR)",
+    "dp-agrlr": "task and record: anyone who sees the released noisy aggregates and the models, not the server, which "
+                "sees each selected client's locally noised mean; record-vs-server: also the server (each client draws "
+                "its local noise from the operating system's entropy and never sends it)"}
 
 
 # -- the server ---------------------------------------------------------------------------------------
@@ -204,56 +93,144 @@ class Population:
     size: int
     query_per_task: Optional[int] = None
 
+    def record_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        """One id per client, [len(indices), 1]: the server cannot see a client's records, so a visit of a
+        client counts as a visit of each of its records; with each record held by one client (the plan's
+        ``record_multiplicity = 1``, which ``federated.flower_refusal`` requires of a per-visit view) a
+        record's visits are exactly its client's."""
+        return indices.reshape(-1, 1).to(torch.int64)
 
-class DpFedMetaStrategy:
-    """The server's side of each step (the trainer's ``engine``; module docstring).
+
+@dataclasses.dataclass
+class _Step:
+    """What one step's ``configure_train`` and ``aggregate_train`` share (the trainer's call in between)."""
+
+    selected: List[int]
+    params: Dict[str, torch.Tensor]
+    threshold: float
+    clip_mode: str
+    raw_norms: bool
+    messages: List[Any] = dataclasses.field(default_factory=list)
+    total: Optional[Dict[str, torch.Tensor]] = None
+    norms: Optional[torch.Tensor] = None
+    losses: Optional[torch.Tensor] = None
+
+
+class DpFedMetaStrategy(Strategy):
+    """DP-FedMeta as a Flower ``Strategy`` (``flwr.serverapp.strategy``; module docstring).
+
+    :meth:`start` is Flower's entry point (``strategy.start(grid, ...)`` in a ServerApp): it waits for the
+    plan's clients and runs metadp's trainer (``metadp.training.run.trainer.train``) with this strategy as
+    its ``engine``, so the rounds are the trainer's steps: the plan's sampler draws the clients,
+    :meth:`configure_train` sends the model to each drawn client and to no other, :meth:`aggregate_train`
+    clips each reply to C and sums them, and the trainer adds N(0, (zC)^2) once, charges every ledger,
+    checkpoints and stops at the budget. Flower's own round loop is not used: it would be a second,
+    unaccounted path for the same release.
 
     Args:
-        grid: the Flower ``Grid`` of the ServerApp.
-        clients: partition-id (task index) -> node id, for every client of the population.
         timeout: seconds to wait for a step's replies (later replies are ignored: those clients dropped).
+        stop: an event; set, the next poll raises KeyboardInterrupt (the trainer stops as on Ctrl-C).
+        mode: how the federation runs, for the report (``federated.FLOWER_MODES``).
     """
 
-    def __init__(self, grid, clients: Dict[int, int], *, timeout: float = 600.0,
-                 stop: Optional[threading.Event] = None, mode: str = "app"):
-        _require_flwr()
-        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    def __init__(self, *, timeout: float = 600.0, stop: Optional[threading.Event] = None, mode: str = "app"):
+        require_flwr()
         if mode not in FLOWER_MODES:
             raise ValueError(f"mode must be one of {', '.join(FLOWER_MODES)}, got {mode!r}")
-        self.grid, self.node_of, self.timeout, self.mode = grid, dict(clients), float(timeout), mode
-        # set: the next poll raises KeyboardInterrupt (the trainer's loop stops as on Ctrl-C)
+        self.grid, self.node_of, self.timeout, self.mode = None, {}, _seconds(timeout), mode
+        self.population: Optional[Population] = None  # the clients', once connect() returned
         self.stop = stop if stop is not None else threading.Event()
         self.rounds: List[Dict[str, int]] = []  # per step of this process: selected, dropped
+        self.losses: List[float] = []  # per step of this process: the answering clients' mean query loss
+        self.algorithm: Optional[str] = None
+        self.plan = None
+        self.result: Optional[TrainResult] = None  # the trainer's, once start() returned
+        self._step: Optional[_Step] = None
 
-    @classmethod
-    def connect(cls, grid, population: int, *, timeout: float = 600.0,
-                stop: Optional[threading.Event] = None, mode: str = "app") -> "DpFedMetaStrategy":
-        """Waits for the population's clients, asks each its partition-id and checks that they are
-        0..population-1, one node each (else ValueError, before any step)."""
-        strategy = cls(grid, {}, timeout=timeout, stop=stop, mode=mode)
-        deadline = time.monotonic() + strategy.timeout
+    # -- Flower's entry point ----------------------------------------------------------------------
+    def start(self, grid, initial_arrays=None, num_rounds: Optional[int] = None, timeout: Optional[float] = None,
+              train_config=None, evaluate_config=None, evaluate_fn=None, *, model: torch.nn.Module,
+              config: TrainConfig, out_dir, plan, **train_options) -> "Result":
+        """Runs ``plan`` on the federation of ``grid``: the trainer's loop with the clients computing
+        (class docstring); the TrainResult is kept in :attr:`result`.
+
+        Flower's arguments: ``initial_arrays`` (None: ``model``'s weights) replaces the model's weights;
+        ``num_rounds`` must be None or the run's ``config.steps`` (the budget was certified for them);
+        ``timeout`` replaces the constructor's; ``train_config`` and ``evaluate_config`` must be empty (the
+        clients' settings come from ``config``; they do no evaluation); ``evaluate_fn(round, arrays)`` is
+        called on the initial model (round 0) and on the final one (the trainer's loop owns the rounds).
+        ``train_options``: ``train``'s (``resume``, ``progress``, ``setup``, ``warn``, ...).
+
+        Returns:
+            Flower's ``Result``: the final model's arrays, per round this process ran the clients' mean
+            query loss and counts (``train_metrics_clientapp``), and ``evaluate_fn``'s metrics.
+        """
+        if num_rounds is not None and num_rounds != config.steps:
+            raise ValueError(f"num_rounds is {num_rounds}, but the run's steps are {config.steps}: the plan's "
+                             "guarantee is certified for its steps; change the plan, not the rounds")
+        for name, record in (("train_config", train_config), ("evaluate_config", evaluate_config)):
+            if record:
+                raise ValueError(f"{name}: the clients' settings come from the run's TrainConfig (and they run no "
+                                 "federated evaluation); pass an empty record or None")
+        if timeout is not None:
+            self.timeout = _seconds(timeout)
+        if initial_arrays is not None:
+            model.load_state_dict(initial_arrays.to_torch_state_dict(), strict=True)
+        self.plan = plan
+        self.summary()
+        result = Result()
+        if evaluate_fn is not None:
+            _record(result.evaluate_metrics_serverapp, 0, evaluate_fn(0, _arrays(model.state_dict())))
+        self.connect(grid, plan.sampling.population)
+        self.result = train(model, self.population, None, config, out_dir, plan=plan, engine=self, **train_options)
+        result.arrays = _arrays(self.result.params)
+        for i, (counts, loss) in enumerate(zip(self.rounds, self.losses), start=1):
+            result.train_metrics_clientapp[i] = MetricRecord(dict(counts, loss=loss))
+        if evaluate_fn is not None:
+            _record(result.evaluate_metrics_serverapp, len(self.rounds), evaluate_fn(len(self.rounds), result.arrays))
+        return result
+
+    def summary(self) -> None:
+        """Logs the plan this strategy runs (Flower calls it as a strategy starts)."""
+        if self.plan is not None:
+            _LOG.info("DpFedMetaStrategy: plan %r, %d clients, %s, mode %s", self.plan.name,
+                      self.plan.sampling.population, type(self.plan.sampling).__name__, self.mode)
+
+    def connect(self, grid, population: int) -> "DpFedMetaStrategy":
+        """Waits for the population's clients, asks each its partition-id and query size and checks that
+        they are 0..population-1, one node each, one query size (else ValueError, before any step); returns
+        this strategy (its :attr:`population`, what the server knows of the clients' tasks, is set)."""
+        self.grid = grid
+        deadline = time.monotonic() + self.timeout
         nodes = list(grid.get_node_ids())
         while len(nodes) < population and time.monotonic() < deadline:
-            strategy._wait()
+            self._wait()
             nodes = list(grid.get_node_ids())
         if len(nodes) != population:
             raise ValueError(f"the plan's sampling.population is {population} clients, but {len(nodes)} are connected")
-        queries = [Message(RecordDict(), dst_node_id=n, message_type="query") for n in nodes]
+        asks = [Message(RecordDict(), dst_node_id=n, message_type="query") for n in nodes]
         found: Dict[int, int] = {}
-        for reply in strategy._exchange(queries):
+        queries: set = set()
+        for reply in self._exchange(asks):
             if reply.has_error():
                 raise ValueError(f"client node {reply.metadata.src_node_id} did not say its partition-id: "
                                  f"{reply.error.reason}")
-            pid = int(reply.content["client"]["partition-id"])
+            said = reply.content["client"]
+            pid = int(said["partition-id"])
             if pid in found:
                 raise ValueError(f"two client nodes say partition-id {pid}: each task of the population is one client")
             found[pid] = reply.metadata.src_node_id
+            if "query-per-task" in said:
+                queries.add(int(said["query-per-task"]))
         if sorted(found) != list(range(population)):
             raise ValueError(f"the clients' partition-ids must be 0..{population - 1} (the plan's population), got "
                              f"{sorted(found)[:10]}{'...' if len(found) > 10 else ''}")
-        strategy.node_of = found
-        return strategy
+        if len(queries) > 1:
+            raise ValueError(f"the clients' tasks have {sorted(queries)} query examples: the plan's release states one "
+                             "query_per_task for every task")
+        self.node_of = found
+        self.population = Population(population, queries.pop() if queries else None)
+        return self
 
     def _wait(self) -> None:
         if self.stop.wait(_POLL):
@@ -274,55 +251,71 @@ class DpFedMetaStrategy:
                 return replies
             self._wait()
 
-    def configure_train(self, server_round: int, params: Dict[str, torch.Tensor], selected: List[int],
-                        config: TrainConfig) -> List[Message]:
-        """One ``train`` message to each selected client (the sampler's draw), and to no other."""
-        settings = {"algorithm": config.algorithm, "inner-steps": config.inner_steps, "inner-lr": config.inner_lr,
-                    "first-order": config.first_order, "round": server_round}
-        state = {k: v.detach().cpu() for k, v in params.items()}
-        return [Message(RecordDict({"arrays": ArrayRecord(torch_state_dict=state), "config": ConfigRecord(settings)}),
-                        dst_node_id=self.node_of[i], message_type="train", group_id=str(server_round))
-                for i in selected]
+    # -- one step: Flower's hooks, called by the trainer's engine call --------------------------------
+    def configure_train(self, server_round: int, arrays, config, grid) -> List[Message]:
+        """One ``train`` message (``arrays``, ``config``) to each client the plan's sampler drew for this step
+        (set by :meth:`clipped_sum`), and to no other."""
+        step = self._step
+        step.messages = [Message(RecordDict({"arrays": arrays, "config": config}), dst_node_id=self.node_of[i],
+                                 message_type="train", group_id=str(server_round)) for i in step.selected]
+        return step.messages
 
-    def aggregate_train(self, messages: List[Message], replies: List[Message], params: Dict[str, torch.Tensor]):
-        """(updates name -> [n, *shape], losses [n], answered bool [n]) of the n selected clients, in the
-        order of ``messages``: a client that failed, timed out or sent an invalid update has a zero update
-        (module docstring). Nothing is clipped or noised here."""
-        n = len(messages)
-        position = {m.metadata.message_id: j for j, m in enumerate(messages)}
-        updates = {k: torch.zeros((n,) + tuple(v.shape), dtype=v.dtype) for k, v in params.items()}
+    def aggregate_train(self, server_round: int, replies):
+        """(the sum of the drawn clients' updates clipped to C, before the trainer's noise: never a model,
+        this step's counts and mean loss). A client that failed, timed out or sent anything but a finite update
+        of the model's names and shapes counts as a zero update (module docstring)."""
+        step, replies = self._step, list(replies)
+        n = len(step.messages)
+        position = {m.metadata.message_id: j for j, m in enumerate(step.messages)}
+        updates = {k: torch.zeros((n,) + tuple(v.shape), dtype=v.dtype) for k, v in step.params.items()}
         losses, answered = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
         for reply in replies:
             j = position.get(reply.metadata.reply_to_message_id)
             if j is None or answered[j] or reply.has_error():
                 continue
-            update = _valid_update(reply, params)
+            update = _valid_update(reply, step.params)
             if update is None:
                 continue
             for k, v in update.items():
                 updates[k][j] = v
             losses[j] = _reply_loss(reply)
             answered[j] = True
-        self.rounds.append({"selected": n, "dropped": int(n - int(answered.sum()))})
-        return updates, losses, answered
+        updates, step.norms = clip_or_measure(updates, step.threshold, step.clip_mode, step.raw_norms)
+        step.total, step.losses = F.masked_sum(updates, None), losses
+        got = int(answered.sum())
+        counts = {"selected": n, "dropped": n - got}
+        self.rounds.append(counts)
+        self.losses.append(float(losses.sum()) / got if got else 0.0)
+        return _arrays(step.total), MetricRecord(dict(counts, loss=self.losses[-1]))
 
+    def configure_evaluate(self, server_round: int, arrays, config, grid) -> List[Message]:
+        """No federated evaluation: the trainer evaluates the final model on held-out tasks."""
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies) -> None:
+        return None
+
+    # -- the trainer's engine -----------------------------------------------------------------------
     def clipped_sum(self, alg, model, params, tasks, rows, weights, loss_fn, c, run, contribution, threshold,
                     raw_norms):
         """``LocalEngine.clipped_sum`` with the clients computing: (sum of the clipped updates,
         their norms before clipping or None, losses), per trainer row (pads weigh 0 and stay 0)."""
+        self.algorithm = c.algorithm
         drawn = torch.nonzero(weights > 0).flatten()
-        selected = [int(i) for i in rows[drawn].tolist()]
-        messages = self.configure_train(len(self.rounds) + 1, params, selected, c)
-        updates, losses, _ = self.aggregate_train(messages, self._exchange(messages) if messages else [], params)
-        updates, norms = clip_or_measure(updates, threshold, c.clip_mode, raw_norms)
-        total = F.masked_sum(updates, None)
-        row_losses = torch.zeros(rows.numel(), dtype=losses.dtype)
-        row_losses[drawn] = losses
+        self._step = _Step([int(i) for i in rows[drawn].tolist()], params, threshold, c.clip_mode, raw_norms)
+        server_round = len(self.rounds) + 1
+        state = {k: v.detach().cpu() for k, v in params.items()}
+        messages = self.configure_train(server_round, _arrays(state), ConfigRecord(train_settings(c, server_round)),
+                                        self.grid)
+        self.aggregate_train(server_round, self._exchange(messages) if messages else [])
+        step = self._step
+        row_losses = torch.zeros(rows.numel(), dtype=step.losses.dtype)
+        row_losses[drawn] = step.losses
         row_norms = None
-        if norms is not None:
-            row_norms = torch.zeros(rows.numel(), dtype=norms.dtype)
-            row_norms[drawn] = norms
-        return total, row_norms, row_losses
+        if step.norms is not None:
+            row_norms = torch.zeros(rows.numel(), dtype=step.norms.dtype)
+            row_norms[drawn] = step.norms
+        return step.total, row_norms, row_losses
 
     def report_fields(self) -> Dict[str, Any]:
         """``privacy_report.json``'s engine and the clients' record of the steps this process ran."""
@@ -340,8 +333,7 @@ class DpFedMetaStrategy:
                         "charged",
             "note": "these counts (the rounds this server process ran) are the server's knowledge, not covered by the "
                     "guarantee: remove them before publishing this report",
-            "adversary": "anyone who sees the released noisy aggregates and the models; not the server, which sees "
-                         "each selected client's update before the noise (DP-AGR)"}}
+            "adversary": _ADVERSARY.get(self.algorithm, _ADVERSARY[None])}}
 
 
 def _reply_loss(reply: Message) -> float:
@@ -371,36 +363,35 @@ def _valid_update(reply: Message, params: Dict[str, torch.Tensor]) -> Optional[D
     return out
 
 
+
+def _seconds(timeout) -> float:
+    if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def _arrays(state: Dict[str, torch.Tensor]) -> "ArrayRecord":
+    return ArrayRecord(torch_state_dict={k: v.detach().cpu() for k, v in state.items()})
+
+
+def _record(into: Dict[int, Any], server_round: int, metrics) -> None:
+    if metrics is not None:
+        into[server_round] = metrics
+
+
 # -- a ServerApp of your own ------------------------------------------------------------------------
 def server_app(model: torch.nn.Module, config: TrainConfig, out_dir, *, plan, timeout: float = 600.0,
-               outcome: Optional[Dict[str, Any]] = None, **train_options) -> ServerApp:
-    """The ServerApp of a run of ``plan``: waits for its population of clients, checks their partition-ids,
-    then runs ``metadp.training.run.trainer.train(model, Population(N), None, config, out_dir, plan=plan,
-    engine=<its DpFedMetaStrategy>, **train_options)`` (``resume``, ``progress``, ``setup``, ...).
-
-    For a deployment, pass ``resume=True``: a restarted server then continues the run in ``out_dir``
-    with every release on its ledgers still charged. ``outcome`` (a dict; :func:`simulate`'s) receives
-    the ``result`` or the ``error`` instead of raising it and sets its ``finished`` event when the run
-    ends; setting its ``stop`` event stops the run at the server's next poll (as Ctrl-C does).
-    """
-    _require_flwr()
-    population = Population(plan.sampling.population)
+               **train_options) -> "ServerApp":
+    """The ServerApp of a run of ``plan``: ``DpFedMetaStrategy(timeout=timeout).start(grid, model=model,
+    config=config, out_dir=out_dir, plan=plan, **train_options)`` (``resume``, ``progress``, ``setup``, ...).
+    For a deployment, pass ``resume=True``: a restarted server then continues the run in ``out_dir`` with
+    every release on its ledgers still charged."""
+    require_flwr()
     app = ServerApp()
 
     @app.main()
     def main(grid, context):
-        try:
-            stop = outcome.get("stop") if outcome is not None else None
-            strategy = DpFedMetaStrategy.connect(grid, population.size, timeout=timeout, stop=stop)
-            result = train(model, population, None, config, out_dir, plan=plan, engine=strategy, **train_options)
-            if outcome is not None:
-                outcome["result"] = result
-        except BaseException as err:  # noqa: B036 - the caller's thread raises it
-            if outcome is None:
-                raise
-            outcome["error"] = err
-        finally:
-            if outcome is not None:
-                outcome.setdefault("finished", threading.Event()).set()
+        DpFedMetaStrategy(timeout=timeout).start(grid, model=model, config=config, out_dir=out_dir, plan=plan,
+                                                 **train_options)
 
     return app

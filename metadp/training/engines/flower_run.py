@@ -103,8 +103,10 @@ def run_plan(config: TrainConfig, out, *, plan, table: Dict[str, Any], tasks: "f
         FederationError: a Flower process failed (the message names its logs, kept in ``out/flower-logs``).
     """
     population = plan.sampling.population
-    check_run(flower.Population(population), config, out, resume=resume, resume_changed=resume_changed, setup=setup,
-              plan=plan)
+    # the clients' query size is checked on the server, where they say it (DpFedMetaStrategy.connect)
+    stated = plan.release.query_per_task if plan.release is not None else None
+    check_run(flower.Population(population, stated), config, out, resume=resume, resume_changed=resume_changed,
+              setup=setup, plan=plan)
     out = Path(out).resolve()
     with tempfile.TemporaryDirectory(prefix="metadp-flower-") as folder:
         work = Path(folder)

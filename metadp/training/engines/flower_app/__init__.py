@@ -10,9 +10,9 @@ gone), and ``handoff``, a folder where the server leaves its result (``result.pt
 trainer's warnings (``warnings.json``) or its refusal (``error.json``) for the command that launched it.
 The run folder and the handoff are paths on the SuperLink's machine.
 
-* ``server``: waits for the plan's population of clients (``flower.DpFedMetaStrategy.connect``), then
-  ``train(model, Population(N), None, config, out, plan=plan, engine=strategy, ...)``: the local trainer's
-  loop, ledgers and report, with the clients computing each step's per-task updates.
+* ``server``: ``flower.DpFedMetaStrategy(...).start(grid, model=..., config=..., out_dir=..., plan=...)``:
+  waits for the plan's population of clients, then runs the local trainer's loop, ledgers and report,
+  with the clients computing each step's per-task updates.
 * ``client``: ``flower.client_app()``: a SuperNode's ``partition-id`` is its task of the pool.
 """
 
@@ -36,7 +36,7 @@ from metadp.plan import Plan
 from metadp.training.engines import flower
 from metadp.training.engines.flower_launch import decode_job
 from metadp.training.run.config import TrainConfig
-from metadp.training.run.trainer import ResumeWarning, train
+from metadp.training.run.trainer import ResumeWarning
 
 __all__ = ["server", "client", "run_job"]
 
@@ -80,17 +80,15 @@ def run_job(grid, job: Dict[str, Any]):
     plan = Plan.from_dict(job["plan"])
     config = TrainConfig(**job["config"])
     model = copy.deepcopy(flower.model_of(_tasks(job)))
-    strategy = flower.DpFedMetaStrategy.connect(grid, plan.sampling.population, timeout=float(job["timeout"]),
-                                                mode=job["mode"])
+    strategy = flower.DpFedMetaStrategy(timeout=float(job["timeout"]), mode=job["mode"])
     notes = []
     try:
         with warnings.catch_warnings(record=True) as caught:  # a resumed run's ResumeWarning, for the launcher
             warnings.simplefilter("always", ResumeWarning)
-            result = train(model, flower.Population(plan.sampling.population), None, config, job["out"], plan=plan,
-                           engine=strategy, resume=bool(job["resume"]), resume_changed=bool(job["resume_changed"]),
-                           setup=job["setup"], warn=notes.append)
+            strategy.start(grid, model=model, config=config, out_dir=job["out"], plan=plan, resume=bool(job["resume"]),
+                           resume_changed=bool(job["resume_changed"]), setup=job["setup"], warn=notes.append)
         notes.extend(str(w.message) for w in caught if issubclass(w.category, ResumeWarning))
-        return result
+        return strategy.result
     finally:
         _write(job.get("handoff"), "warnings.json", lambda p: p.write_text(json.dumps(notes)))
 
