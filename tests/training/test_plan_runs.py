@@ -72,6 +72,10 @@ units = 20
 """
 
 
+def _mse(out, y):
+    return ((out - y) ** 2).mean()
+
+
 def _write(tmp_path, text, name="plan.toml"):
     path = tmp_path / name
     path.write_text(text)
@@ -440,3 +444,39 @@ def test_a_federated_population_runs_a_plan_that_declares_record_multiplicity():
     alg = algorithms.get("dp-agr")
     run = _Run(Population(120), TrainConfig(algorithm="dp-agr", **plan_settings(plan, alg)), "cpu", plan)
     assert {v.key for v in run.views} == {"task", "record"}
+
+
+AGRLR_RELEASE = """
+[release]
+form = "local_noise"
+inner_steps = 1
+inner_noise = 3.0
+query_per_task = 10
+first_order = true
+"""
+
+
+@pytest.mark.parametrize("algorithm, change, words", [
+    ("dp-agr", {"noise_multiplier": 0.5}, "the run's noise_multiplier is 0.5, the plan's noise.multiplier gives 0.9"),
+    ("dp-agr", {"steps": 5}, "the run asks 5 steps, the plan certifies 4"),
+    ("dp-agrlr", {"inner_noise": 1.0}, "the run's inner_noise is 1.0, the plan's release.inner_noise gives 3"),
+    ("dp-agrlr", {"inner_steps": 2}, "the run's inner_steps is 2, the plan's release says 1"),
+    ("dp-agrlr", {"first_order": False}, "the run's first_order is False, the plan's release says True"),
+])
+def test_train_with_a_plan_refuses_a_config_that_is_not_the_certified_run(tmp_path, algorithm, change, words):
+    # the command line compiles the config from the plan; a library caller of train(..., plan=plan) (a Flower
+    # ServerApp's DpFedMetaStrategy.start among them) could hand it another, and the report would carry the plan's
+    # epsilon for a run with less noise. More noise than planned is still bounded by the plan and runs.
+    text = SINUSOID_PLAN.replace("population = 120", "population = 20").replace("batch_size = 12", "batch_size = 4")
+    if algorithm == "dp-agrlr":
+        text = text.replace("steps = 4\n", "steps = 4\nrecord_multiplicity = 1\n") + AGRLR_RELEASE
+    plan = loads_plan(text)
+    settings = {"first_order": True, **plan_settings(plan, algorithms.get(algorithm))}
+    pool = tasks.SinusoidPool(20, 10, 10, seed=0)
+    with pytest.raises(ValueError, match=words):
+        train(models.MLP(), pool, _mse, TrainConfig(algorithm=algorithm, **{**settings, **change}), tmp_path / "run",
+              plan=plan)
+    assert not (tmp_path / "run").exists()
+    louder = dict(settings, noise_multiplier=settings["noise_multiplier"] * 2, steps=2)
+    result = train(models.MLP(), pool, _mse, TrainConfig(algorithm=algorithm, **louder), tmp_path / "louder", plan=plan)
+    assert result.steps_done == 2 and result.report["plan_steps"] == 4

@@ -39,7 +39,7 @@ from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
 from metadp.training.run.report import run_report, view_entry
 
-__all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "plan_views", "plan_report", "fresh_episodes",
+__all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "settings_refusal", "plan_views", "plan_report", "fresh_episodes",
            "plan_run_report", "expected_tasks", "ledger_charges"]
 
 
@@ -111,6 +111,30 @@ def plan_settings(plan: Plan, alg: Algorithm) -> Dict[str, Any]:
         if plan.release.per_example_queries:
             settings["first_order"] = plan.release.first_order
     return settings
+
+
+def settings_refusal(plan: Plan, alg: Algorithm, config) -> Optional[str]:
+    """Why a run of ``config`` is not the run ``plan`` certifies (None: it is): less noise (z, z_in, the
+    count's sigma_b) than the plan's, more steps, or another inner loop (steps, order) than its release.
+    More noise than planned is allowed: the plan's epsilon still bounds it. The command line compiles the
+    config from the plan (:func:`plan_settings`); this guards ``train(..., plan=plan)`` called directly."""
+    planned = plan_settings(plan, alg)
+    if config.steps > planned["steps"]:
+        return f"the run asks {config.steps} steps, the plan certifies {planned['steps']}"
+    if not alg.private:
+        return None
+    less = [("noise_multiplier", "noise.multiplier"), ("inner_noise", "release.inner_noise"),
+            ("count_noise", "noise.count_noise")]
+    for field, key in less:
+        want, got = planned.get(field), getattr(config, field, None)
+        if want is not None and (got is None or got < want * (1 - 1e-12)):
+            return (f"the run's {field} is {got}, the plan's {key} gives {want:.12g}: the run would add less noise "
+                    "than the plan certifies")
+    for field in ("inner_steps", "first_order"):
+        if field in planned and getattr(config, field) != planned[field]:
+            return (f"the run's {field} is {getattr(config, field)}, the plan's release says {planned[field]}: its "
+                    "inner loop is not the one the plan certifies")
+    return None
 
 
 def expected_tasks(plan: Plan) -> float:

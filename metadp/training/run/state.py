@@ -25,7 +25,8 @@ from metadp.training.run.budget import budget_schedule
 from metadp.training.algorithms.clipping import ClipPolicy, clip_rule
 from metadp.training.run.config import TrainConfig
 from metadp.training.run.plan_command import config_table
-from metadp.training.run.plan_run import expected_tasks, fresh_episodes, plan_run_report, plan_views
+from metadp.training.run.plan_run import (expected_tasks, fresh_episodes, plan_run_report, plan_views,
+                                         settings_refusal)
 from metadp.training.run.ledgers import ViewLedgers
 from metadp.training.data.samplers import EpisodicSampler, sampler_for
 from metadp.training.data.tasks import FreshEpisodes
@@ -147,6 +148,9 @@ class _Run:
     def __init__(self, pool, config: TrainConfig, device: str, plan: Plan):
         self.pool, self.config, self.plan = pool, config, plan
         c = config
+        why = settings_refusal(plan, c.family, c)
+        if why is not None:
+            raise ValueError(f"--plan: {why}")
         self.sampler, self.drawer = _plan_sampling(plan, pool, c, device)
         self.expected = expected_tasks(plan)
         self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
