@@ -9,34 +9,41 @@ Importing this module registers ``MetadpAccountant`` in Opacus's accountant regi
     >>> engine.get_epsilon(1e-6)                        # metadp's certified PLD upper bound
     >>> engine.accountant.get_epsilon_bounds(1e-6)      # the certified interval [lower, upper]
 
-What changes: ``get_epsilon(delta)`` is the certified upper bound of metadp's PLD accountant
-(``metadp.accounting.pld``; every truncation and a float rounding allowance charged to delta) for the
-history Opacus records, each ``(noise_multiplier, sample_rate, num_steps)`` being
-``SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), num_steps)``, and
-``get_epsilon_bounds`` gives the interval it is certified in. What does not: the history, the
-optimizer hook, the state dict (``{"history": ..., "mechanism": "metadp"}``), and the assumption that
-every step's batch is a Poisson sample at rate ``1 / len(data_loader)`` (add/remove neighbours, one
-record = one unit, per-sample gradients clipped to the clip norm).
+What changes: ``get_epsilon(delta)`` is a certified upper bound of metadp's PLD accountant
+(``metadp.accounting.pld``; every truncation and a float rounding allowance charged to delta) for what the
+run's loader does. Opacus hands an accountant only ``(noise_multiplier, sample_rate)`` per step; this one
+also reads the loader ``make_private`` prepared (``get_optimizer_hook_fn``; ``read_loader`` by hand) and
+accounts the plan of it (``metadp.integrations.loaders``): Opacus's Poisson loader (``poisson_sampling=True``)
+as ``SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), num_steps)`` per history entry;
+with ``poisson_sampling=False`` a shuffling loader as shuffled passes (``get_epsilon_bounds`` then gives
+Chua et al.'s certified lower bound beside the upper one), a sequential one as one Gaussian an epoch, and a
+loader no plan describes is refused when ``make_private`` runs. What does not change: the history, the
+optimizer hook, the state dict (``{"history", "mechanism": "metadp", "loader"}``), one record = one unit,
+add/remove neighbours, per-sample gradients clipped to the clip norm.
 
-An accountant cannot check that assumption: Opacus gives it ``(noise_multiplier, sample_rate)`` per
-step and nothing about the loader. ``make_private_checked`` does: it inspects the loader before and
-after ``make_private`` and refuses a run whose batches the Poisson number would not cover
-(``poisson_sampling=False`` with a shuffled, sequential or weighted loader); ``describe_sampling`` and
-``require_poisson`` (``metadp.integrations.sampling_check``) check any loader.
+``make_private_checked`` checks the loader before and after ``make_private``: with an Opacus accountant it
+refuses a run whose batches the Poisson number would not cover; with metadp's it refuses only a loader no
+plan describes, and with ``target_epsilon`` calibrates the noise for the loader's plan (Opacus's
+``make_private_with_epsilon`` calibrates for Poisson sampling, too little noise for a shuffling loader).
+``describe_sampling`` and ``require_poisson`` (``metadp.integrations.sampling_check``) check any loader.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import numbers
 import warnings
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Tuple
 
 from metadp.accounting import Composed, Gaussian, PoissonSampled, SelfComposed
 from metadp.accounting.calibration import calibrate_noise
 from metadp.accounting.pld import PldAccountant
 from metadp.core.validation import check_delta
+from metadp.integrations.loaders import LoaderScheme, account_loader, loader_table, read_loader
+from metadp.plan_solve import calibrate_plan
 from metadp.integrations.sampling_check import (LoaderSampling, PoissonAssumptionWarning, describe_sampling,
                                                 require_poisson)
 
@@ -46,7 +53,7 @@ except ImportError as _err:  # pragma: no cover - exercised only without opacus
     raise ImportError('metadp.integrations.opacus needs Opacus: pip install "metadp[opacus]" (install the torch '
                       "build you want first, e.g. pip install torch==2.13.0 for the CPU one)") from _err
 
-__all__ = ["NAME", "MetadpAccountant", "make_private_checked", "noise_multiplier_for_epsilon", "describe_sampling",
+__all__ = ["NAME", "MetadpAccountant", "LoaderBounds", "make_private_checked", "noise_multiplier_for_epsilon", "describe_sampling",
            "require_poisson", "LoaderSampling", "PoissonAssumptionWarning"]
 
 NAME = "metadp"
@@ -77,6 +84,19 @@ def _check_entry(where: str, noise_multiplier, sample_rate, num_steps) -> tuple:
     return float(noise_multiplier), float(sample_rate), int(num_steps)
 
 
+@dataclasses.dataclass(frozen=True)
+class LoaderBounds:
+    """``get_epsilon_bounds`` of a run whose loader is not Poisson: the certified upper bound of the plan of what
+    the loader does (``metadp.integrations.loaders``), the sampler's certified lower bound where one is known."""
+
+    epsilon_lower: Optional[float]
+    epsilon_upper: float
+    delta: float
+    scheme: str
+    reading: str
+    notes: Tuple[str, ...] = ()
+
+
 class MetadpAccountant(IAccountant):
     """Opacus accountant whose epsilon is metadp's certified PLD upper bound (module docstring).
 
@@ -88,7 +108,38 @@ class MetadpAccountant(IAccountant):
     def __init__(self):
         super().__init__()
         self.history = []  # [(noise_multiplier, sample_rate, num_steps)], as Opacus's accountants keep it
+        self.loader: Optional[LoaderScheme] = None  # what the run's loader does, once read
         self._cache: "OrderedDict[tuple, object]" = OrderedDict()
+
+    def read_loader(self, data_loader) -> LoaderScheme:
+        """Reads what ``data_loader`` does (``metadp.integrations.loaders.read_loader``): from then on the epsilon
+        is that of the plan of the loader, not the Poisson number. ``make_private`` calls it for you (below).
+
+        Raises:
+            ValueError: no plan describes the loader (the reason names its sampler).
+        """
+        found = read_loader(data_loader)
+        if found.refusal is not None:
+            raise ValueError(f"data_loader ({found.sampler}): {found.refusal}")
+        self.loader, self._cache = found, OrderedDict()
+        return found
+
+    def get_optimizer_hook_fn(self, sample_rate: float):
+        """Opacus's hook (one history entry a step), and the loader read off the ``make_private`` that asks for
+        it: Opacus hands an accountant ``(noise_multiplier, sample_rate)`` only, so the loader it prepared (its
+        own Poisson loader, or the user's with ``poisson_sampling=False``) is read from that call's frame
+        (Opacus 1.6's ``PrivacyEngine.make_private``; elsewhere a PoissonAssumptionWarning says to call
+        :meth:`read_loader`)."""
+        caller = inspect.currentframe().f_back
+        loader = caller.f_locals.get("data_loader") if caller is not None and caller.f_code.co_name == "make_private" \
+            else None
+        if loader is not None:
+            self.read_loader(loader)
+        elif self.loader is None:
+            warnings.warn("the metadp accountant cannot see this run's data loader: its epsilon assumes Poisson "
+                          f"sampling at rate {sample_rate:.6g}; call accountant.read_loader(data_loader) to account "
+                          "what the loader does", PoissonAssumptionWarning, stacklevel=2)
+        return super().get_optimizer_hook_fn(sample_rate)
 
     @classmethod
     def mechanism(cls) -> str:
@@ -136,11 +187,31 @@ class MetadpAccountant(IAccountant):
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        result = PldAccountant(max_seconds=math.inf).compose(self.event()).get_epsilon_bounds(delta)
+        if self.loader is not None and self.loader.scheme != "poisson":
+            result = self._loader_bounds(key[0], delta)
+        else:
+            result = PldAccountant(max_seconds=math.inf).compose(self.event()).get_epsilon_bounds(delta)
         self._cache[key] = result
         if len(self._cache) > _CACHE_SIZE:
             self._cache.popitem(last=False)
         return result
+
+    def _loader_bounds(self, entries, delta: float) -> LoaderBounds:
+        """The bounds of the history on the loader read (not Poisson): each entry's steps in the loader's batches
+        (an entry's rate is accumulated batches / len(loader)), accounted as the plan of the loader; entries of
+        different noise are composed by PLD (then no lower bound is given)."""
+        found, spe = self.loader, self.loader.steps_per_epoch
+        runs = [(z, t * max(1, round(q * spe))) for z, q, t in entries if t]
+        if len({z for z, _ in runs}) <= 1:
+            z = runs[0][0] if runs else 1.0
+            account = account_loader(found, noise_multiplier=z, steps=sum(b for _, b in runs), delta=delta)
+            return LoaderBounds(account.epsilon_lower, account.epsilon, delta, found.scheme, found.reading,
+                                tuple(account.report.warnings))
+        plans = [account_loader(found, noise_multiplier=z, steps=b, delta=delta).plan for z, b in runs]
+        bounds = PldAccountant(max_seconds=math.inf).compose(Composed(tuple(p.event() for p in plans)))
+        return LoaderBounds(None, bounds.get_epsilon_bounds(delta).epsilon_upper, delta, found.scheme, found.reading,
+                            ("noise multipliers changed during the run: each run of one multiplier is charged as its "
+                             "own plan (a partial pass in full) and composed",))
 
     def get_epsilon(self, delta: float, **kwargs) -> float:
         """Certified epsilon (upper bound) spent so far at ``delta``.
@@ -150,8 +221,14 @@ class MetadpAccountant(IAccountant):
         """
         return self.get_epsilon_bounds(delta).epsilon_upper
 
+    def state_dict(self, destination=None):
+        """Opacus's ``{"history", "mechanism"}``, and ``"loader"``: what the run's loader does (None: not read)."""
+        destination = super().state_dict(destination)
+        destination["loader"] = None if self.loader is None else self.loader.to_dict()
+        return destination
+
     def load_state_dict(self, state_dict):
-        """Loads ``{"history": ..., "mechanism": "metadp"}``, checking every history entry first."""
+        """Loads ``{"history": ..., "mechanism": "metadp"[, "loader": ...]}``, checking every history entry first."""
         history = state_dict.get("history") if isinstance(state_dict, dict) else None
         if isinstance(history, (list, tuple)):
             for i, entry in enumerate(history):
@@ -159,8 +236,15 @@ class MetadpAccountant(IAccountant):
                     raise ValueError(f"state_dict history[{i}] must be (noise_multiplier, sample_rate, num_steps), "
                                      f"got {entry!r}")
                 _check_entry(f"state_dict history[{i}]", *entry)
+        loader = state_dict.get("loader") if isinstance(state_dict, dict) else None
+        if loader is not None:
+            try:
+                loader = LoaderScheme(**loader)
+            except TypeError as err:
+                raise ValueError(f"state_dict loader must be a LoaderScheme's fields, got {loader!r}") from err
         super().load_state_dict(state_dict)
         self.history = [tuple(entry) for entry in self.history]
+        self.loader, self._cache = loader, OrderedDict()
 
 
 def _register() -> None:
@@ -266,7 +350,14 @@ def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool 
     _check_private_arguments(kwargs)
     _check_run_length(kwargs.get("epochs"), data_loader)
     before = describe_sampling(data_loader)
-    if not poisson_sampling:
+    ours = isinstance(privacy_engine.accountant, MetadpAccountant)
+    if not poisson_sampling and ours:  # metadp accounts what the loader does: only a loader no plan describes is refused
+        found = privacy_engine.accountant.read_loader(data_loader)
+        if "target_epsilon" in kwargs and found.scheme != "poisson":  # Opacus would calibrate z for Poisson sampling
+            table = loader_table(found, noise_multiplier=1.0, epochs=kwargs.pop("epochs"),
+                                 delta=kwargs.pop("target_delta"))
+            kwargs["noise_multiplier"] = calibrate_plan(table, "noise", kwargs.pop("target_epsilon")).value
+    elif not poisson_sampling:
         require_poisson(data_loader)
     elif before.kind != "poisson":
         n, b, q = before.dataset_size, before.batch_size, before.accounted_rate
@@ -279,5 +370,6 @@ def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool 
                           f"rate 1/len(data_loader) = {rate}{size}{dropped}", PoissonAssumptionWarning, stacklevel=2)
     method = privacy_engine.make_private_with_epsilon if "target_epsilon" in kwargs else privacy_engine.make_private
     out = method(data_loader=data_loader, poisson_sampling=poisson_sampling, **kwargs)
-    require_poisson(out[-1])
+    if not ours or poisson_sampling:
+        require_poisson(out[-1])
     return out

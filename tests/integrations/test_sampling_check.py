@@ -91,12 +91,21 @@ def test_a_poisson_sampler_charged_below_its_rate_is_flagged(data):
     assert exact.ok and math.isclose(exact.accounted_rate, 1 / 3)
 
 
-def test_make_private_checked_refuses_before_changing_anything(data):
-    engine = PrivacyEngine(accountant="metadp")
+@pytest.mark.parametrize("accountant, sampler, words", [
+    # Opacus's own accountant charges the Poisson number: a shuffled loader is refused
+    ("rdp", None, "shuffled"),
+    # metadp's accounts what the loader does (tests/integrations/test_loader_accounting.py): only a loader no plan
+    # describes is refused
+    ("metadp", "weighted", "WeightedRandomSampler with non-uniform weights"),
+])
+def test_make_private_checked_refuses_before_changing_anything(data, accountant, sampler, words):
+    engine = PrivacyEngine(accountant=accountant)
     model, optimizer = model_and_optimizer()
-    with pytest.raises(ValueError, match="shuffled"):
+    loader = (DataLoader(data, batch_size=32, shuffle=True) if sampler is None else
+              DataLoader(data, batch_size=32, sampler=WeightedRandomSampler(torch.linspace(1, 2, N), N)))
+    with pytest.raises(ValueError, match=words):
         make_private_checked(engine, module=model, optimizer=optimizer, noise_multiplier=1.0, max_grad_norm=1.0,
-                             data_loader=DataLoader(data, batch_size=32, shuffle=True), poisson_sampling=False)
+                             data_loader=loader, poisson_sampling=False)
     assert engine.dataset is None and len(engine.accountant) == 0  # make_private never ran
 
 

@@ -1,0 +1,237 @@
+"""Accounting the DataLoader users have (metadp.integrations.loaders, and the Opacus accountant reading it).
+
+The oracle is a plan written by hand for what each loader does, certified by `metadp plan`'s own function
+(plan_epsilon): Opacus's Poisson loader is `poisson` at its rate; a shuffling loader is `shuffle` (one Gaussian a
+pass, Chua et al.'s certified lower bound where the batches are equal); a sequential one is one Gaussian an epoch
+(`none`, a step an epoch); a DistributedSampler's ranks together are one shuffled pass in batches of ranks x
+batch. A loader no plan describes (non-uniform weights, with replacement, a sampler of one's own, padded shards)
+is refused with the reason. Under Opacus with `accountant="metadp"` and `poisson_sampling=False`, a real training
+loop over each loader reports the same epsilon, where it used to report the Poisson number.
+"""
+
+import math
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, RandomSampler, Sampler, TensorDataset, WeightedRandomSampler  # noqa: E402
+from torch.utils.data.distributed import DistributedSampler  # noqa: E402
+
+from metadp.integrations.loaders import account_loader, read_loader  # noqa: E402
+from metadp.plan import loads_plan, plan_epsilon  # noqa: E402
+
+Z, DELTA = 1.3, 1e-5
+
+
+def _data(n):
+    return TensorDataset(torch.randn(n, 4), torch.randn(n, 1))
+
+
+def _hand(scheme, n, steps, **sampling):
+    keys = "".join(f"{k} = {v}\n" for k, v in sampling.items())
+    return plan_epsilon(loads_plan(f'name = "by hand"\nunit = "record"\ndelta = {DELTA}\nsteps = {steps}\n[sampling]\n'
+                                   f'scheme = "{scheme}"\npopulation = {n}\n{keys}[noise]\nmechanism = "gaussian"\n'
+                                   f"multiplier = {Z}\n"))
+
+
+def _poisson_loader(n, batch):
+    from opacus.data_loader import DPDataLoader
+
+    return DPDataLoader.from_data_loader(DataLoader(_data(n), batch_size=batch))
+
+
+def _distributed(n, batch, shuffle=True, drop_last=False, ranks=3):
+    sampler = DistributedSampler(_data(n), num_replicas=ranks, rank=1, shuffle=shuffle, drop_last=drop_last)
+    return DataLoader(_data(n), batch_size=batch, sampler=sampler)
+
+
+# name: (loader, epochs, the plan written by hand, scheme read, certified lower bound expected)
+ROWS = {
+    "shuffle, equal batches": (lambda: DataLoader(_data(720), batch_size=30, shuffle=True), 2,
+                               lambda: _hand("shuffle", 720, 48, batch_size=30), "shuffle", True),
+    "shuffle, drop_last": (lambda: DataLoader(_data(725), batch_size=30, shuffle=True, drop_last=True), 2,
+                           lambda: _hand("none", 725, 2), "shuffle", False),
+    "shuffle, a short last batch": (lambda: DataLoader(_data(725), batch_size=30, shuffle=True), 2,
+                                    lambda: _hand("none", 725, 2), "shuffle", False),
+    "sequential": (lambda: DataLoader(_data(720), batch_size=30), 3, lambda: _hand("none", 720, 3), "none", True),
+    "DistributedSampler, 3 ranks": (lambda: _distributed(720, 10), 2, lambda: _hand("shuffle", 720, 48, batch_size=30),
+                                    "shuffle", True),
+    "DistributedSampler, drop_last": (lambda: _distributed(721, 10, drop_last=True), 2,
+                                      lambda: _hand("none", 721, 2), "shuffle", False),
+    "DistributedSampler, no shuffle": (lambda: _distributed(720, 10, shuffle=False), 2, lambda: _hand("none", 720, 2),
+                                       "none", True),
+}
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_each_loader_is_accounted_as_the_plan_of_what_it_does(row):
+    make, epochs, hand, scheme, lower = ROWS[row]
+    account = account_loader(make(), noise_multiplier=Z, epochs=epochs, delta=DELTA)
+    expected = hand()
+    assert account.loader.scheme == scheme and account.loader.refusal is None
+    assert account.epsilon == pytest.approx(expected.epsilon, rel=1e-9)
+    if lower:
+        assert account.epsilon_lower == pytest.approx(expected.epsilon_lower, rel=1e-9)
+        assert account.epsilon_lower <= account.epsilon
+    else:
+        assert account.epsilon_lower is None  # unequal batches: Chua et al.'s test does not apply
+
+
+def test_opacus_poisson_loader_is_the_poisson_plan():
+    pytest.importorskip("opacus")
+    account = account_loader(_poisson_loader(720, 30), noise_multiplier=Z, epochs=2, delta=DELTA)
+    expected = _hand("poisson", 720, 48, rate=1 / 24)
+    assert account.loader.scheme == "poisson" and account.loader.rate == pytest.approx(1 / 24)
+    assert account.epsilon == pytest.approx(expected.epsilon, rel=1e-9)
+    assert account.epsilon < 1.3  # the same rate's shuffle plan is certified in [0.77, 4.83]
+
+
+def test_a_long_run_with_drop_last_is_charged_every_epoch():
+    # 725 records in batches of 30 with drop_last: 24 steps an epoch. 200 epochs are 4,800 steps; a shuffle plan
+    # of 4,800 steps would count ceil(4800 x 30 / 725) = 199 passes: the plan written counts all 200
+    account = account_loader(DataLoader(_data(725), batch_size=30, shuffle=True, drop_last=True), noise_multiplier=Z,
+                             steps=4800, delta=DELTA)
+    assert account.plan.units()[0].steps == 200
+    assert account.epsilon == pytest.approx(_hand("none", 725, 200).epsilon, rel=1e-9)
+    partial = account_loader(DataLoader(_data(725), batch_size=30, shuffle=True, drop_last=True), noise_multiplier=Z,
+                             steps=4801, delta=DELTA)
+    assert partial.plan.units()[0].steps == 201  # a step into the next epoch charges that pass in full
+
+
+class _OwnSampler(Sampler):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.n
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: DataLoader(_data(720), batch_size=30, sampler=WeightedRandomSampler(torch.linspace(1, 2, 720), 720)),
+     "WeightedRandomSampler with non-uniform weights"),
+    (lambda: DataLoader(_data(720), batch_size=30, sampler=WeightedRandomSampler(torch.ones(720), 720)),
+     "no plan scheme for sampling with replacement yet"),
+    (lambda: DataLoader(_data(720), batch_size=30, sampler=RandomSampler(_data(720), replacement=True)),
+     "RandomSampler(replacement=True)"),
+    (lambda: DataLoader(_data(720), batch_size=30, sampler=_OwnSampler(720)), "from _OwnSampler"),
+    (lambda: _distributed(721, 10), "pads 721 records to 723"),
+    (lambda: DataLoader(_data(720), batch_size=30, sampler=RandomSampler(_data(720), num_samples=100)),
+     "not one shuffled pass an epoch"),
+])
+def test_a_loader_no_plan_describes_is_refused_with_the_reason(make, words):
+    found = read_loader(make())
+    assert found.scheme is None and words in found.refusal
+    with pytest.raises(ValueError, match="data_loader"):
+        account_loader(make(), noise_multiplier=Z, epochs=1)
+
+
+def test_bad_arguments_are_refused():
+    loader = DataLoader(_data(720), batch_size=30, shuffle=True)
+    with pytest.raises(ValueError, match="must be a torch.utils.data.DataLoader"):
+        read_loader([1, 2, 3])
+    with pytest.raises(ValueError, match="exactly one of steps and epochs"):
+        account_loader(loader, noise_multiplier=Z)
+    with pytest.raises(ValueError, match="epochs must be a finite number > 0"):
+        account_loader(loader, noise_multiplier=Z, epochs=math.inf)
+    with pytest.raises(ValueError, match="noise.multiplier"):
+        account_loader(loader, noise_multiplier=-1.0, epochs=1)
+
+
+# -- under Opacus, with accountant="metadp" ----------------------------------------------------------------
+def _train(engine, loader, epochs, poisson_sampling=False):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
+                                                   noise_multiplier=Z, max_grad_norm=1.0,
+                                                   poisson_sampling=poisson_sampling)
+    for _ in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    return engine
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if not r.startswith("DistributedSampler")])
+def test_opacus_with_the_metadp_accountant_reports_the_plan_of_its_loader(row):
+    opacus = pytest.importorskip("opacus")
+    import metadp.integrations.opacus  # noqa: F401 - registers "metadp"
+
+    make, epochs, hand, scheme, lower = ROWS[row]
+    engine = _train(opacus.PrivacyEngine(accountant="metadp"), make(), epochs)
+    expected = hand()
+    assert engine.accountant.loader.scheme == scheme
+    assert engine.get_epsilon(DELTA) == pytest.approx(expected.epsilon, rel=1e-9)
+    bounds = engine.accountant.get_epsilon_bounds(DELTA)
+    assert bounds.scheme == scheme and (bounds.epsilon_lower is not None) == lower
+    # what Opacus's own accountant says of the same run: the Poisson number, far below the certified lower bound
+    if row == "shuffle, equal batches":
+        assert bounds.epsilon_lower == pytest.approx(0.7704, abs=1e-3) and bounds.epsilon_upper == pytest.approx(
+            4.827, abs=1e-3)
+        rdp = _train(opacus.PrivacyEngine(accountant="rdp"), make(), epochs)
+        assert rdp.get_epsilon(DELTA) < bounds.epsilon_upper / 3  # Opacus's RDP Poisson number (1.52)
+
+
+def test_opacus_poisson_run_and_its_state_dict_keep_the_poisson_number():
+    opacus = pytest.importorskip("opacus")
+    from metadp.integrations.opacus import MetadpAccountant
+
+    engine = _train(opacus.PrivacyEngine(accountant="metadp"), DataLoader(_data(720), batch_size=30), 2,
+                    poisson_sampling=True)
+    assert engine.accountant.loader.scheme == "poisson"
+    assert engine.get_epsilon(DELTA) == pytest.approx(_hand("poisson", 720, 48, rate=1 / 24).epsilon, rel=1e-9)
+    shuffled = _train(opacus.PrivacyEngine(accountant="metadp"), DataLoader(_data(720), batch_size=30, shuffle=True), 2)
+    again = MetadpAccountant()
+    again.load_state_dict(shuffled.accountant.state_dict())
+    assert again.loader == shuffled.accountant.loader and again.get_epsilon(DELTA) == shuffled.get_epsilon(DELTA)
+
+
+def test_opacus_refuses_a_weighted_loader_before_training():
+    opacus = pytest.importorskip("opacus")
+    import metadp.integrations.opacus  # noqa: F401
+
+    loader = DataLoader(_data(720), batch_size=30, sampler=WeightedRandomSampler(torch.linspace(1, 2, 720), 720))
+    with pytest.raises(ValueError, match="WeightedRandomSampler with non-uniform weights"):
+        _train(opacus.PrivacyEngine(accountant="metadp"), loader, 1)
+
+
+def test_an_accountant_that_cannot_see_the_loader_says_so():
+    pytest.importorskip("opacus")
+    from metadp.integrations.opacus import MetadpAccountant, PoissonAssumptionWarning
+
+    accountant = MetadpAccountant()
+    with pytest.warns(PoissonAssumptionWarning, match="cannot see this run's data loader"):
+        accountant.get_optimizer_hook_fn(sample_rate=0.01)
+    accountant.read_loader(DataLoader(_data(720), batch_size=30, shuffle=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoissonAssumptionWarning)
+        accountant.get_optimizer_hook_fn(sample_rate=1 / 24)
+
+
+def test_make_private_checked_calibrates_the_noise_for_a_shuffling_loader():
+    opacus = pytest.importorskip("opacus")
+    from metadp.integrations.opacus import make_private_checked
+
+    engine = opacus.PrivacyEngine(accountant="metadp")
+    model = nn.Linear(4, 1)
+    _, optimizer, loader = make_private_checked(engine, module=model, optimizer=torch.optim.SGD(model.parameters(),
+                                                                                                lr=0.05),
+                                                data_loader=DataLoader(_data(720), batch_size=30, shuffle=True),
+                                                poisson_sampling=False, target_epsilon=3.0, target_delta=DELTA,
+                                                epochs=2, max_grad_norm=1.0)
+    z = optimizer.noise_multiplier
+    assert z > 1.3  # the shuffle plan at z = 1.3 is 4.83 > 3: Opacus's Poisson calibration would have kept it lower
+    for _ in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    epsilon = engine.get_epsilon(DELTA)
+    assert epsilon <= 3.0 and epsilon == pytest.approx(3.0, rel=2e-3)
