@@ -24,6 +24,8 @@ from metadp.integrations.loaders import account_loader, read_loader  # noqa: E40
 from metadp.plan import loads_plan, plan_epsilon  # noqa: E402
 
 Z, DELTA = 1.3, 1e-5
+pytestmark = [pytest.mark.filterwarnings("ignore:Secure RNG turned off:UserWarning"),  # Opacus, for experiments
+              pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")]  # inputs need no grad
 
 
 def _data(n):
