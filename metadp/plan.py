@@ -38,7 +38,7 @@ CLIPS = ("fixed", "raw_norms", "none")
 CLIPPING = ("per_episode", "per_example")
 _TOP_KEYS = ("name", "description", "unit", "group_size", "relation", "delta", "steps", "epochs", "accountant",
              "references", "sampling", "noise", "hierarchy", "claim", "record_multiplicity", "release", "against")
-_SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes", "steps_per_pass")
+_SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes", "steps_per_pass", "selected")
 _NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise", "clip")
 _CLAIM_KEYS = ("epsilon", "source")
 

@@ -45,7 +45,8 @@ expansion; the order-B bound and the lower bounds are derived here (proofs above
 Shenfeld's Poisson-domination and decomposition theorems are NOT used (not verified here), and neither
 is the PLD construction of arXiv:2602.17284 (not read). Assumptions: add/remove of one unit, Gaussian
 noise N(0, (zC)^2 I) on a sum of contributions clipped to C, k = 1 of t steps per pass (their k-of-t
-reduction is not used), passes independent, the allocation independent of the data.
+reduction is used only as proved below, for k > 1), passes independent, the allocation independent of
+the data.
 
 **Lower bound** (:func:`allocation_lower`): any post-processing of the exact pair lower-bounds its
 hockey-stick divergence. The per-pass event {max_i x_i > tau} has closed forms for independent
@@ -53,6 +54,19 @@ Gaussians: P(E) = 1 - Phi(tau/z)^t, Q(E) = 1 - Phi((tau - 1)/z) Phi(tau/z)^(t-1)
 count N of passes with the event is Bin(E, Q(E)) vs Bin(E, P(E)) (a post-processing of the product
 pair), whose hockey-stick divergence sum_m (Q_m - e^eps P_m)_+ (and the reverse order) is a certified
 lower bound, maximised over tau.
+
+**k of t** (``selected = k``: each unit in k distinct uniformly random steps of a pass). The lower bound
+is the same test with k shifted coordinates: Q(E) = 1 - Phi((tau - 1)/z)^k Phi(tau/z)^(t-k). The upper
+bound (``metadp.sampling.BallsInBins``) reduces k of t to k independent 1-of-floor(t/k) allocations, the
+reduction of Feldman & Shenfeld (arXiv:2502.08202), proved here as follows. (i) A uniformly random
+partition of the t steps into k blocks of sizes floor(t/k) or ceil(t/k), then one uniformly random step of
+each block, draws a uniformly random k-subset: every k-subset it draws has distinct elements, and the law
+is invariant under permutations of the steps (tests/amplification/test_allocation_k.py enumerates it).
+(ii) Revealing the partition (public, independent of the data) can only help the adversary; given it, a
+pass is the composition of k one-step allocations over disjoint blocks. (iii) A 1-of-(m+1) allocation is
+the mixture, over a revealed uniformly random step r, of a 1-of-m allocation over the other steps plus
+step r, which releases noise alone: revealing r again only helps, so 1 of m+1 is at least as private as 1
+of m, and every block may be charged as floor(t/k) steps.
 
 **Shuffle** (equal partitions, :func:`shuffle_lower`): a pass cuts a shuffled population into t equal
 batches. With every other unit contributing 0, the unit lies in a uniformly random batch, so under the
@@ -255,9 +269,10 @@ def allocation_upper(z: float, t: int, delta: float, epochs: int = 1) -> float:
 # -- lower bounds: the max-over-steps event ---------------------------------------------------------------
 
 
-def _event_probs(z: float, t: int, shift: float, taus: np.ndarray) -> np.ndarray:
-    """Pr[max_i x_i > tau] when one uniformly random coordinate of N(0, z^2 I_t) is shifted by ``shift``."""
-    log_in = special.log_ndtr((taus - shift) / z) + (t - 1) * special.log_ndtr(taus / z)
+def _event_probs(z: float, t: int, shift: float, taus: np.ndarray, selected: int = 1) -> np.ndarray:
+    """Pr[max_i x_i > tau] when ``selected`` uniformly random coordinates of N(0, z^2 I_t) are shifted by
+    ``shift`` (which ones does not matter: the event is symmetric in the coordinates)."""
+    log_in = selected * special.log_ndtr((taus - shift) / z) + (t - selected) * special.log_ndtr(taus / z)
     return -np.expm1(log_in)
 
 
@@ -290,7 +305,7 @@ def _hockey_binomial(p: np.ndarray, q: np.ndarray, epochs: int, eps: float, pmfs
 _LOWER_EPOCHS = 256
 
 
-def _lower_delta(z: float, t: int, eps: float, epochs: int, shifts: Tuple[float, float]) -> float:
+def _lower_delta(z: float, t: int, eps: float, epochs: int, shifts: Tuple[float, float], selected: int = 1) -> float:
     """max over tau of the binomial hockey-stick, both orders, for the pair with these shifts (over at most
     ``_LOWER_EPOCHS`` passes: a lower bound for more)."""
     epochs = min(epochs, _LOWER_EPOCHS)
@@ -298,9 +313,9 @@ def _lower_delta(z: float, t: int, eps: float, epochs: int, shifts: Tuple[float,
     taus = np.linspace(min(a, c) - 8 * z, max(a, c) + z * (8 + math.sqrt(2 * math.log(t + 1))), 801)
     best = 0.0
     for zoom in range(3):  # grid, then two zooms around the best tau
-        pq, pp = _event_probs(z, t, a, taus), _event_probs(z, t, c, taus)
+        pq, pp = _event_probs(z, t, a, taus, selected), _event_probs(z, t, c, taus, selected)
         # the first grid's pmfs do not depend on eps: computed once for every eps of the bisection
-        tables = _first_grid_pmfs(z, t, epochs, shifts) if zoom == 0 else (_binomial_pmfs(pq, epochs),
+        tables = _first_grid_pmfs(z, t, epochs, shifts, selected) if zoom == 0 else (_binomial_pmfs(pq, epochs),
                                                                            _binomial_pmfs(pp, epochs))
         vals = np.maximum(_hockey_binomial(pq, pp, epochs, eps, tables),
                           _hockey_binomial(pp, pq, epochs, eps, tables[::-1]))
@@ -312,11 +327,12 @@ def _lower_delta(z: float, t: int, eps: float, epochs: int, shifts: Tuple[float,
 
 
 @functools.lru_cache(maxsize=16)
-def _first_grid_pmfs(z: float, t: int, epochs: int, shifts: Tuple[float, float]):
+def _first_grid_pmfs(z: float, t: int, epochs: int, shifts: Tuple[float, float], selected: int = 1):
     """The binomial pmf tables of ``_lower_delta``'s first tau grid, (for shift a, for shift c)."""
     a, c = shifts
     taus = np.linspace(min(a, c) - 8 * z, max(a, c) + z * (8 + math.sqrt(2 * math.log(t + 1))), 801)
-    return _binomial_pmfs(_event_probs(z, t, a, taus), epochs), _binomial_pmfs(_event_probs(z, t, c, taus), epochs)
+    return (_binomial_pmfs(_event_probs(z, t, a, taus, selected), epochs),
+            _binomial_pmfs(_event_probs(z, t, c, taus, selected), epochs))
 
 
 def _lower_epsilon(delta_of, delta: float, eps_max: float) -> float:
@@ -332,21 +348,24 @@ def _lower_epsilon(delta_of, delta: float, eps_max: float) -> float:
     return lo
 
 
-def allocation_lower_delta(z: float, t: int, eps: float, epochs: int = 1) -> float:
-    """Certified lower bound on delta(eps) of ``epochs`` random-allocation passes (module docstring)."""
+def allocation_lower_delta(z: float, t: int, eps: float, epochs: int = 1, selected: int = 1) -> float:
+    """Certified lower bound on delta(eps) of ``epochs`` random-allocation passes, each unit in ``selected``
+    uniformly random steps of the t of a pass (module docstring)."""
     z, t, epochs = _check(z, t, epochs)
+    selected = check_count("selected", selected, minimum=1, maximum=t)
     eps = check_real("eps", eps, low=0.0)
-    return _lower_delta(z, t, eps, epochs, (1.0, 0.0))
+    return _lower_delta(z, t, eps, epochs, (1.0, 0.0), selected)
 
 
 @functools.lru_cache(maxsize=256)
-def allocation_lower(z: float, t: int, delta: float, epochs: int = 1) -> float:
-    """Certified lower bound on epsilon at ``delta`` for ``epochs`` random-allocation passes: the true
-    epsilon is at least this (module docstring)."""
+def allocation_lower(z: float, t: int, delta: float, epochs: int = 1, selected: int = 1) -> float:
+    """Certified lower bound on epsilon at ``delta`` for ``epochs`` random-allocation passes, each unit in
+    ``selected`` of the t steps of a pass: the true epsilon is at least this (module docstring)."""
     z, t, epochs = _check(z, t, epochs)
+    selected = check_count("selected", selected, minimum=1, maximum=t)
     delta = check_delta("delta", delta)
-    eps_max = gaussian_epsilon(z / math.sqrt(epochs), delta)
-    return _lower_epsilon(lambda e: _lower_delta(z, t, e, epochs, (1.0, 0.0)), delta, eps_max)
+    eps_max = gaussian_epsilon(z / math.sqrt(epochs * selected), delta)  # k Gaussians a pass bound it above
+    return _lower_epsilon(lambda e: _lower_delta(z, t, e, epochs, (1.0, 0.0), selected), delta, eps_max)
 
 
 def shuffle_lower_delta(z: float, t: int, eps: float, epochs: int = 1, relation: str = "add_remove") -> float:

@@ -128,7 +128,8 @@ class Sampling:
 
     @classmethod
     def from_record(cls, d: Mapping) -> "Sampling":
-        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls) if f.name != "hierarchy"})
+        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)
+                      if f.name != "hierarchy" and (f.name in d or f.default is dataclasses.MISSING)})
 
     def steps_for_epochs(self, epochs) -> int:
         """Steps in ``epochs`` passes over the population (expected, for Poisson), rounded up."""
@@ -163,8 +164,9 @@ def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
     """(population, batch_size, rate) of a ``[sampling]`` table, each validated where given."""
     if "episodes" in d:
         raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
-    if "steps_per_pass" in d:
-        raise ValueError("sampling.steps_per_pass applies only to sampling.scheme = 'balls_in_bins'")
+    for key in ("steps_per_pass", "selected"):
+        if key in d:
+            raise ValueError(f"sampling.{key} applies only to sampling.scheme = 'balls_in_bins'")
     population, batch, rate = d.get("population"), d.get("batch_size"), d.get("rate")
     if population is not None:
         population = check_count("sampling.population", population, minimum=1, maximum=ev.MAX_COUNT)

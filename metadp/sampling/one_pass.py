@@ -74,7 +74,10 @@ class Shuffle(_Batches):
 class BallsInBins(Sampling):
     """Passes of ``steps_per_pass`` steps: in each pass every unit independently goes to one uniformly random
     step (random allocation, DESIGN.md 3.9(a)), so it is in exactly one step a pass. A plan gives
-    ``population`` and ``batch_size`` (the expected batch; ``steps_per_pass = population / batch_size``).
+    ``population`` and ``batch_size`` (the expected batch; ``steps_per_pass = population / batch_size``), and
+    optionally ``selected = k``: each unit in k distinct uniformly random steps of a pass (k-of-t random
+    allocation; ``steps_per_pass = k population / batch_size``), charged as k one-step allocations over
+    floor(t/k) steps each (the reduction proved in ``metadp.amplification.allocation_bounds``).
 
     Plans charge each pass ``RandomAllocation(steps_per_pass, inner)``: the RDP accountant bounds it
     (``metadp.amplification.allocation_bounds``: exact RDP of one order, a proved bound on the other), and
@@ -85,9 +88,10 @@ class BallsInBins(Sampling):
 
     population: int
     steps_per_pass: int
+    selected: int = 1
 
     scheme: ClassVar[str] = "balls_in_bins"
-    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size")  # steps a pass: derived
+    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size", "selected")  # steps a pass: derived
     charge: ClassVar[str] = "pass"
     citations: ClassVar[Tuple[str, ...]] = ("feldman2025random", "chua2025balls")
     basis: ClassVar[str] = ("one pass, each unit in exactly one step: single Gaussian per pass, no amplification "
@@ -99,13 +103,16 @@ class BallsInBins(Sampling):
     def __post_init__(self):
         check_count("population", self.population, minimum=1)
         check_count("steps_per_pass", self.steps_per_pass, minimum=1)
+        check_count("sampling.selected", self.selected, minimum=1, maximum=self.steps_per_pass)
 
     @classmethod
     def from_table(cls, d: Mapping) -> "BallsInBins":
         """``population`` and ``batch_size`` (which must divide it), or ``population`` and ``steps_per_pass``
         (the trainer's one-pass sampler over a pool that its lot does not divide: ``metadp train --save-plan``)."""
         steps = d.get("steps_per_pass")
-        population, batch, rate = _counts({k: v for k, v in d.items() if k != "steps_per_pass"})
+        selected = 1 if d.get("selected") is None else d["selected"]
+        population, batch, rate = _counts({k: v for k, v in d.items() if k not in ("steps_per_pass", "selected")})
+        selected = check_count("sampling.selected", selected, minimum=1)
         if rate is not None:
             raise ValueError("sampling.rate does not apply to sampling.scheme = 'balls_in_bins': give batch_size "
                              "(the expected batch) and population")
@@ -113,25 +120,31 @@ class BallsInBins(Sampling):
             if batch is not None or population is None:
                 raise ValueError("sampling.steps_per_pass goes with sampling.population and instead of "
                                  "sampling.batch_size for sampling.scheme = 'balls_in_bins'")
-            return cls(population, check_count("sampling.steps_per_pass", steps, minimum=1, maximum=population))
+            return cls(population, check_count("sampling.steps_per_pass", steps, minimum=1, maximum=population), selected)
         if batch is None or population is None:
             raise ValueError("sampling.batch_size and sampling.population are required for sampling.scheme = "
                              "'balls_in_bins'")
-        if batch == 0 or population % batch:
-            raise ValueError(f"sampling.batch_size must divide sampling.population ({population}) for sampling.scheme "
-                             f"= 'balls_in_bins' (population / batch_size steps a pass), got {batch}; or give "
+        if batch == 0 or (selected * population) % batch:
+            what = "sampling.population" if selected == 1 else f"selected x sampling.population ({selected} x)"
+            raise ValueError(f"sampling.batch_size must divide {what} ({population}) for sampling.scheme = "
+                             f"'balls_in_bins' (selected x population / batch_size steps a pass), got {batch}; or give "
                              "sampling.steps_per_pass instead")
-        return cls(population, population // batch)
+        if selected * population // batch < selected:
+            raise ValueError(f"sampling.selected = {selected} needs at least {selected} steps a pass, but "
+                             f"selected x population / batch_size = {selected * population // batch}")
+        return cls(population, selected * population // batch, selected)
 
     def plan_table(self):
         """``population`` and ``batch_size`` where the batch divides the population, else ``steps_per_pass``."""
-        if self.population % self.steps_per_pass == 0:
+        if (self.selected * self.population) % self.steps_per_pass == 0:
             return super().plan_table()
-        return {"scheme": self.scheme, "population": self.population, "steps_per_pass": self.steps_per_pass}
+        extra = {"selected": self.selected} if self.selected != 1 else {}
+        return {"scheme": self.scheme, "population": self.population, "steps_per_pass": self.steps_per_pass, **extra}
 
     def to_dict(self):
-        return dict(super().to_dict(), batch_size=self.population // self.steps_per_pass,
-                    steps_per_pass=self.steps_per_pass)
+        extra = {"selected": self.selected} if self.selected != 1 else {}  # k = 1: the keys plans always had
+        return dict(super().to_dict(), batch_size=self.selected * self.population // self.steps_per_pass,
+                    steps_per_pass=self.steps_per_pass, **extra)
 
     @classmethod
     def of_lot(cls, pool: int, lot: float) -> "BallsInBins":
@@ -140,7 +153,7 @@ class BallsInBins(Sampling):
 
     @property
     def expected_batch(self) -> float:
-        return self.population / self.steps_per_pass
+        return self.selected * self.population / self.steps_per_pass
 
     def step_event(self, inner: ev.Event):
         """Raises: one step of a pass has no event of its own (see the class docstring)."""
@@ -149,12 +162,16 @@ class BallsInBins(Sampling):
                          "plan_event(inner) (random allocation) or pass_event(inner) (single Gaussian) once per pass")
 
     def pass_event(self, inner: ev.Event) -> ev.Event:
-        """One pass for one unit, valid whatever the allocation: ``inner`` itself (one release a pass)."""
-        return inner
+        """One pass for one unit, valid whatever the allocation: ``inner`` once for each of its k releases."""
+        return inner if self.selected == 1 else ev.SelfComposed(inner, self.selected)
 
     def plan_event(self, inner: ev.Event) -> ev.Event:
-        """One pass for one unit under random allocation: ``RandomAllocation(steps_per_pass, inner)``."""
-        return ev.RandomAllocation(self.steps_per_pass, inner)
+        """One pass for one unit under random allocation: ``RandomAllocation(steps_per_pass, inner)``; for k of t,
+        k of ``RandomAllocation(t // k, inner)`` composed (``allocation_bounds``: the reduction, proved there)."""
+        if self.selected == 1:
+            return ev.RandomAllocation(self.steps_per_pass, inner)
+        block = self.steps_per_pass // self.selected
+        return ev.SelfComposed(inner if block == 1 else ev.RandomAllocation(block, inner), self.selected)
 
     def charge_event(self, inner: ev.Event) -> ev.Event:
         """A pass under random allocation (``plan_event``), as plans charge it: the trainer's one-pass sampler
@@ -178,7 +195,10 @@ class BallsInBins(Sampling):
             raise ValueError("unit = 'group' is not available with sampling.scheme = 'balls_in_bins' (the random-"
                              "allocation pair is for one unit)")
         passes = self.releases(steps)
-        how = (f"{steps:,} steps in passes of {self.steps_per_pass:,}: each {unit} is in one uniformly random step "
+        chosen = "one uniformly random step" if self.selected == 1 else (
+            f"{self.selected:,} distinct uniformly random steps (charged as {self.selected:,} one-step allocations over "
+            f"{self.steps_per_pass // self.selected:,} steps each)")
+        how = (f"{steps:,} steps in passes of {self.steps_per_pass:,}: each {unit} is in {chosen} "
                f"of each pass, independently of the others; {passes:,} pass(es), a partial last pass charged in full")
         return (Guarantee.of_plan(unit, relation, (self.charge_event(inner),), passes, how, True, charge=self.charge,
                                   basis=self.plan_basis, citations=self.citations),)
@@ -188,15 +208,20 @@ class BallsInBins(Sampling):
         full = steps // self.steps_per_pass  # a partial pass may be ignored by the adversary: full passes only
         if unit == "group" or not isinstance(inner, ev.Gaussian) or relation != "add_remove" or full == 0:
             return None
-        return allocation_lower(inner.noise_multiplier, self.steps_per_pass, delta, full)
+        return allocation_lower(inner.noise_multiplier, self.steps_per_pass, delta, full, self.selected)
 
     def assumptions(self, unit, how=None):
-        return (how or f"each {unit} is in exactly one of the {self.steps_per_pass:,} steps of each pass",
+        return (how or f"each {unit} is in exactly {self._in} of the {self.steps_per_pass:,} steps of each pass",
                 "the allocation is uniform and independent across units and passes, and does not depend on the data; "
                 "other units' contributions may be anything (the pair holds for each fixed choice)")
 
     def text(self, unit):
-        return f"balls in bins: each {unit} in one uniformly random step of each {self.steps_per_pass:,}-step pass"
+        steps = "step" if self.selected == 1 else "steps"
+        return f"balls in bins: each {unit} in {self._in} uniformly random {steps} of each {self.steps_per_pass:,}-step pass"
+
+    @property
+    def _in(self) -> str:
+        return "one" if self.selected == 1 else f"{self.selected:,} distinct"
 
     def latex(self):
         return f"balls in bins ($t={self.steps_per_pass}$)"

@@ -159,15 +159,19 @@ class BallsInBinsSampler(_Sampler):
         pool_size: number of units, >= 1.
         steps: steps per pass, >= 1.
         generator: the random source (module docstring).
+        selected: k, the steps of a pass each unit is in (k distinct, a uniformly random k-subset of the pass's
+            steps, independently across units: k-of-t random allocation, ``BallsInBins.selected``).
     """
 
     relation = "add_remove"
 
-    def __init__(self, pool_size: int, steps: int, generator: Optional[torch.Generator] = None):
+    def __init__(self, pool_size: int, steps: int, generator: Optional[torch.Generator] = None, selected: int = 1):
         super().__init__(generator)
         self.pool_size = check_count("pool_size", pool_size, minimum=1)
         self.steps = check_count("steps", steps, minimum=1)
-        self._assignment: Optional[torch.Tensor] = None  # int64 [pool_size]: each unit's step in this pass
+        self.selected = check_count("selected", selected, minimum=1, maximum=self.steps)
+        # int64 [pool_size] (k = 1) or [pool_size, k]: each unit's step(s) in this pass
+        self._assignment: Optional[torch.Tensor] = None
         self._position = 0
 
     @property
@@ -182,20 +186,25 @@ class BallsInBinsSampler(_Sampler):
 
     def sample(self) -> torch.Tensor:
         """bool [pool_size]: the units allocated to this step of the pass."""
-        if self._position == 0:
+        if self._position == 0 and self.selected == 1:
             u = _uniform((self.pool_size,), self._generator)
             self._assignment = (u * self.steps).long().clamp_(max=self.steps - 1)
+        elif self._position == 0:  # the first k of a uniformly random order of the steps: a uniform k-subset
+            u = _uniform((self.pool_size, self.steps), self._generator)
+            self._assignment = torch.argsort(u, dim=1)[:, :self.selected]
         mask = self._assignment == self._position
+        if self.selected > 1:
+            mask = mask.any(dim=1)
         self._position = (self._position + 1) % self.steps
         return mask
 
     def pass_event(self, inner: ev.Event) -> ev.Event:
         """One pass for one unit: ``inner`` itself (it is in exactly one release of the pass)."""
-        return BallsInBins(self.pool_size, self.steps).pass_event(_check_event("inner", inner))
+        return BallsInBins(self.pool_size, self.steps, self.selected).pass_event(_check_event("inner", inner))
 
     def step_event(self, inner: ev.Event):
         """Raises: one step of a pass has no event of its own (see the class docstring)."""
-        return BallsInBins(self.pool_size, self.steps).step_event(inner)
+        return BallsInBins(self.pool_size, self.steps, self.selected).step_event(inner)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"generator": self._generator.get_state(), "position": self._position,
@@ -404,7 +413,7 @@ def _population(scheme) -> int:
 _EXECUTES = {
     Poisson: lambda s, gen: PoissonSampler(_population(s), s.rate, generator=gen),
     FixedSize: lambda s, gen: FixedSizeSampler(s.population, s.batch_size, generator=gen),
-    BallsInBins: lambda s, gen: BallsInBinsSampler(s.population, s.steps_per_pass, generator=gen),
+    BallsInBins: lambda s, gen: BallsInBinsSampler(s.population, s.steps_per_pass, generator=gen, selected=s.selected),
     Shuffle: lambda s, gen: ShuffleSampler(s.population, s.batch_size, generator=gen),
     NoSampling: lambda s, gen: EverySampler(_population(s), generator=gen),
     Episodic: lambda s, gen: EpisodicSampler(s.hierarchy, s.episodes, generator=gen),
