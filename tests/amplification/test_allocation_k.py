@@ -137,3 +137,23 @@ def test_the_trainers_sampler_draws_uniform_k_subsets_of_each_pass():
     counts = np.bincount(codes.numpy(), minlength=16)[[3, 5, 6, 9, 10, 12]]
     assert counts.sum() == 3000
     assert stats.chisquare(counts).pvalue > 1e-4
+
+
+def test_a_k_of_t_plan_trains_and_its_report_is_the_plans(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import json
+
+    from metadp.cli import main
+
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(population=20, batch=10, steps=8, z=1.0, selected="selected = 2\n", delta=1e-5)
+                    .replace('unit = "record"', 'unit = "task"'))
+    out = tmp_path / "run"
+    assert main(["train", "dp-maml", "--plan", str(path), "--data", "sinusoid", "--first-order", "--eval-tasks", "2",
+                 "--out", str(out)]) == 0
+    assert "each task in 2 distinct uniformly random steps of each 4-step pass" in capsys.readouterr().out
+    assert main(["plan", str(path), "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    report = json.loads((out / "privacy_report.json").read_text())
+    assert report["epsilon"] == pytest.approx(expected["epsilon"], rel=1e-12)
+    assert report["sampling"]["selected"] == 2 and all(v["ledger_matches_plan"] for v in report["views"])
