@@ -237,3 +237,25 @@ def test_make_private_checked_calibrates_the_noise_for_a_shuffling_loader():
             optimizer.step()
     epsilon = engine.get_epsilon(DELTA)
     assert epsilon <= 3.0 and epsilon == pytest.approx(3.0, rel=2e-3)
+
+
+def test_gradient_accumulation_is_counted_in_the_loaders_batches():
+    # a step every 2 batches: 24 releases of 60 records over 2 epochs. Opacus records rate 2 / len(loader) per
+    # release; the plan must still span 2 epochs (each record in one release an epoch), not 1
+    opacus = pytest.importorskip("opacus")
+    import metadp.integrations.opacus  # noqa: F401
+
+    engine = opacus.PrivacyEngine(accountant="metadp")
+    model = nn.Linear(4, 1)
+    model, optimizer, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+        data_loader=DataLoader(_data(720), batch_size=30, shuffle=True), noise_multiplier=Z, max_grad_norm=1.0,
+        poisson_sampling=False)
+    for _ in range(2):
+        for i, (x, y) in enumerate(loader):
+            nn.functional.mse_loss(model(x), y).backward()
+            if i % 2 == 1:
+                optimizer.step()
+                optimizer.zero_grad()
+    assert engine.accountant.history == [(Z, 2 / 24, 24)]
+    assert engine.get_epsilon(DELTA) == pytest.approx(_hand("shuffle", 720, 48, batch_size=30).epsilon, rel=1e-9)
