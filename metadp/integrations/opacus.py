@@ -329,10 +329,13 @@ def _check_run_length(epochs, data_loader) -> None:
 
 def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool = True, **kwargs):
     """Opacus's ``make_private`` (or ``make_private_with_epsilon`` when ``target_epsilon`` is given),
-    refusing a run whose batches the accountant's Poisson epsilon would not cover.
+    refusing a run whose batches the accountant's epsilon would not cover.
 
-    Before anything is changed: with ``poisson_sampling=False`` the loader is used as it is, so it must
-    itself be a Poisson loader (``require_poisson``); with ``poisson_sampling=True`` Opacus installs one at
+    Before anything is changed: with ``poisson_sampling=False`` the loader is used as it is. With metadp's
+    accountant it is read (``MetadpAccountant.read_loader``: refused only where no plan describes it) and,
+    with ``target_epsilon``, the noise is calibrated for the plan of that loader (``target_delta``, ``epochs``)
+    and ``make_private`` runs with it; with any other accountant (whose epsilon is the Poisson number) it
+    must itself be a Poisson loader (``require_poisson``). With ``poisson_sampling=True`` Opacus installs one at
     rate ``1 / len(data_loader)``, and a ``PoissonAssumptionWarning`` says when that differs from what the
     loader did (weights dropped, Opacus #600; an expected batch more than 10% away from the loader's
     batch size, as in Opacus #813; a sampler it cannot read). After: the
@@ -342,8 +345,8 @@ def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool 
         What Opacus returns (module, optimizer, [criterion,] data_loader).
 
     Raises:
-        ValueError: the loader's batches are not Poisson samples at the charged rate (the message says
-            what the loader does and what to use instead); or target_epsilon, target_delta, epochs,
+        ValueError: the loader's batches are not what the accountant charges (the message says what the
+            loader does and what to use instead); or target_epsilon, target_delta, epochs,
             noise_multiplier or max_grad_norm is not finite and positive (target_delta in (0, 1)); or
             epochs x len(data_loader) exceeds MAX_STEPS.
     """
