@@ -238,6 +238,9 @@ def loader_table(data_loader, *, noise_multiplier: float, steps: Optional[int] =
         raise ValueError(f"data_loader ({found.sampler}): {found.refusal}")
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps and epochs")
+    if not found.steps_per_epoch and (epochs is not None or found.scheme != "poisson"):
+        raise ValueError(f"data_loader ({found.sampler}) has no length: its steps an epoch, and so its passes, are "
+                         "unknown")
     if steps is None:
         if not (isinstance(epochs, (int, float)) and 0 < epochs < math.inf) or isinstance(epochs, bool):
             raise ValueError(f"epochs must be a finite number > 0, got {epochs!r}")
