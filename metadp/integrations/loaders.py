@@ -50,6 +50,7 @@ import dataclasses
 import math
 from typing import Optional
 
+from metadp.integrations.sampling_check import poisson_samplers
 from metadp.plan import Plan, plan_epsilon
 
 __all__ = ["LoaderScheme", "LoaderAccount", "read_loader", "loader_plan", "loader_table", "account_loader",
@@ -122,7 +123,7 @@ def read_loader(data_loader) -> LoaderScheme:
         raise ValueError(f"data_loader must be a torch.utils.data.DataLoader, got {type(data_loader).__name__}")
     n, spe = _size(data_loader.dataset), _size(data_loader)
     batches = data_loader.batch_sampler
-    poisson = _poisson_samplers()
+    poisson = poisson_samplers()
     if poisson and isinstance(batches, poisson):
         q = float(batches.sample_rate)
         where = ("each rank samples its shard of the data set; every record is in one shard, so it joins each "
@@ -136,15 +137,6 @@ def read_loader(data_loader) -> LoaderScheme:
         return _refused(what, n, None, spe, f"batches come from {what}, whose inclusion law metadp cannot read: no "
                                             "plan describes this loader")
     return _fixed_batches(batches.sampler, batches.batch_size, batches.drop_last, n, spe, tud)
-
-
-def _poisson_samplers() -> tuple:
-    try:
-        from opacus.utils.uniform_sampler import (DistributedUniformWithReplacementSampler,
-                                                  UniformWithReplacementSampler)
-    except ImportError:
-        return ()
-    return (UniformWithReplacementSampler, DistributedUniformWithReplacementSampler)
 
 
 def _fixed_batches(sampler, b: int, drop_last: bool, n: Optional[int], spe: Optional[int], tud) -> LoaderScheme:

@@ -23,7 +23,7 @@ import math
 import warnings
 from typing import Optional
 
-__all__ = ["LoaderSampling", "PoissonAssumptionWarning", "describe_sampling", "require_poisson"]
+__all__ = ["LoaderSampling", "PoissonAssumptionWarning", "describe_sampling", "require_poisson", "poisson_samplers"]
 
 KINDS = ("poisson", "shuffled", "sequential", "with_replacement", "weighted", "unknown")
 _SHUFFLE_GAP = ("the Poisson number can understate epsilon by up to ~20x at noise multipliers <= 2 for shuffled "
@@ -75,7 +75,7 @@ def describe_sampling(data_loader) -> LoaderSampling:
     steps = _size(data_loader)
     accounted = 1.0 / steps if steps else None
     batch_sampler = data_loader.batch_sampler
-    poisson = _poisson_samplers()
+    poisson = poisson_samplers()
     if isinstance(batch_sampler, poisson):
         q = float(batch_sampler.sample_rate)
         ok = accounted is not None and accounted >= q * (1 - 1e-12)
@@ -97,7 +97,8 @@ def describe_sampling(data_loader) -> LoaderSampling:
     return LoaderSampling(kind, type(sampler).__name__, n, b, accounted, rate, False, meaning)
 
 
-def _poisson_samplers() -> tuple:
+def poisson_samplers() -> tuple:
+    """Opacus's Poisson batch samplers (empty where Opacus is not installed)."""
     try:
         from opacus.utils.uniform_sampler import (DistributedUniformWithReplacementSampler,
                                                   UniformWithReplacementSampler)
