@@ -157,3 +157,19 @@ def test_a_k_of_t_plan_trains_and_its_report_is_the_plans(tmp_path, capsys):
     report = json.loads((out / "privacy_report.json").read_text())
     assert report["epsilon"] == pytest.approx(expected["epsilon"], rel=1e-12)
     assert report["sampling"]["selected"] == 2 and all(v["ledger_matches_plan"] for v in report["views"])
+
+
+@pytest.mark.parametrize("t, k, shift", [(5, 2, 1.0), (8, 3, 0.0), (4, 4, 1.0)])
+def test_the_lower_bounds_event_probability_with_k_shifted_steps_matches_simulation(t, k, shift):
+    # Pr[max_i x_i > tau] for N(0, z^2 I_t) with k coordinates shifted: the closed form the k-of-t lower bound
+    # rests on, against 400,000 draws (a 6-sigma binomial band)
+    from metadp.amplification.allocation_bounds import _event_probs
+
+    z, taus, n = 1.3, np.array([-0.5, 0.8, 2.0, 3.5]), 400_000
+    rng = np.random.default_rng(7)
+    x = rng.normal(0.0, z, size=(n, t))
+    x[:, :k] += shift
+    empirical = (x.max(axis=1)[:, None] > taus[None, :]).mean(axis=0)
+    exact = _event_probs(z, t, shift, taus, k)
+    band = 6 * np.sqrt(exact * (1 - exact) / n) + 1e-6
+    assert np.all(np.abs(empirical - exact) <= band), (empirical, exact)

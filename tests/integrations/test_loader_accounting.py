@@ -259,3 +259,31 @@ def test_gradient_accumulation_is_counted_in_the_loaders_batches():
                 optimizer.zero_grad()
     assert engine.accountant.history == [(Z, 2 / 24, 24)]
     assert engine.get_epsilon(DELTA) == pytest.approx(_hand("shuffle", 720, 48, batch_size=30).epsilon, rel=1e-9)
+
+
+def test_a_history_whose_noise_changed_composes_each_runs_plan():
+    # two runs of one multiplier on a shuffling loader: each is charged as its own plan (a partial pass in full)
+    # and the two are composed; the bound is the PLD composition of the two hand-written plans' events
+    pytest.importorskip("opacus")
+    from metadp.accounting import Composed
+    from metadp.accounting.pld import PldAccountant
+    from metadp.integrations.opacus import MetadpAccountant
+
+    accountant = MetadpAccountant()
+    accountant.read_loader(DataLoader(_data(720), batch_size=30, shuffle=True))
+    accountant.history = [(1.3, 1 / 24, 24), (2.0, 1 / 24, 36)]  # one epoch at z = 1.3, then 1.5 at z = 2
+    bounds = accountant.get_epsilon_bounds(DELTA)
+    first = loads_plan(f'name = "a"\nunit = "record"\ndelta = {DELTA}\nsteps = 24\n[sampling]\nscheme = "shuffle"\n'
+                       'population = 720\nbatch_size = 30\n[noise]\nmechanism = "gaussian"\nmultiplier = 1.3\n')
+    second = loads_plan(f'name = "b"\nunit = "record"\ndelta = {DELTA}\nsteps = 36\n[sampling]\nscheme = "shuffle"\n'
+                        'population = 720\nbatch_size = 30\n[noise]\nmechanism = "gaussian"\nmultiplier = 2.0\n')
+    expected = PldAccountant(max_seconds=math.inf).compose(Composed((first.event(), second.event())))
+    assert bounds.epsilon_upper == pytest.approx(expected.get_epsilon_bounds(DELTA).epsilon_upper, rel=1e-9)
+    assert bounds.epsilon_lower is None and "noise multipliers changed" in bounds.notes[0]
+    # one Gaussian a pass: 1 pass at z = 1.3 and 2 at z = 2 (the half epoch charged in full) compose to one Gaussian
+    # of multiplier (1 / 1.3^2 + 2 / 2^2)^(-1/2); without that half epoch's charge it would be (1 / 1.3^2 + 1 / 2^2)
+    from metadp.amplification.one_pass import gaussian_epsilon
+
+    charged = gaussian_epsilon((1 / 1.3 ** 2 + 2 / 4) ** -0.5, DELTA)
+    assert bounds.epsilon_upper == pytest.approx(charged, rel=1e-3)
+    assert bounds.epsilon_upper > gaussian_epsilon((1 / 1.3 ** 2 + 1 / 4) ** -0.5, DELTA) * 1.05
