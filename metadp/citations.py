@@ -75,6 +75,14 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "pages": "119--137",
         "year": "1979",
     },
+    "schuchardt2024unified": {
+        "type": "inproceedings",
+        "title": "Unified Mechanism-Specific Amplification by Subsampling and Group Privacy Amplification",
+        "author": "Schuchardt, Jan and Stoian, Mihail and Kosmala, Arthur and G{\\\"u}nnemann, Stephan",
+        "booktitle": "Advances in Neural Information Processing Systems (NeurIPS)",
+        "year": "2024",
+        "eprint": "2403.04867",
+    },
     "zhu2022optimal": {
         "type": "inproceedings",
         "title": "Optimal Accounting of Differential Privacy via Characteristic Function",

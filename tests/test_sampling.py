@@ -17,7 +17,7 @@ from metadp.core import events as ev
 from metadp.cite import cite
 from metadp.plan import Plan, plan_epsilon
 from metadp.sampling import (SCHEMES, BallsInBins, Episodic, FixedSize, Guarantee, NoSampling, Poisson, Shuffle,
-                             from_record, of_lot, parse_hierarchy)
+                             WithReplacement, from_record, of_lot, parse_hierarchy)
 from metadp.training.algorithms import views
 
 Z = ev.Gaussian(1.5)
@@ -40,6 +40,8 @@ def plan_dict(sampling, **extra):
      {"scheme": "shuffle", "population": 1000, "batch_size": 10, "rate": 0.01}),
     ({"scheme": "none", "population": 1000}, NoSampling,
      {"scheme": "none", "population": 1000, "batch_size": None, "rate": 1.0}),
+    ({"scheme": "with_replacement", "population": 1000, "batch_size": 10}, WithReplacement,
+     {"scheme": "with_replacement", "population": 1000, "batch_size": 10, "rate": 0.01}),
 ])
 def test_the_sampling_table_is_parsed_once_into_its_scheme(table, cls, record):
     plan = Plan.from_dict(plan_dict(table))
@@ -60,6 +62,8 @@ def test_step_events_relations_and_charges():
     assert FixedSize(10, 1000).step_event(Z) == ev.FixedSizeSampled(10, 1000, Z, 2.0)
     assert FixedSize(10, 1000).step_event(Z, 1.0).sensitivity_factor == 1.0
     assert NoSampling(1000).step_event(Z) is Z and Shuffle(10, 1000).step_event(Z) is Z
+    assert WithReplacement(10, 1000).step_event(Z) == ev.ReplacementSampled(10, 1000, Z)
+    assert WithReplacement.relations == ("add_remove",) and WithReplacement.charge == "step"
     assert [c.relation for c in (Poisson, FixedSize, NoSampling, Shuffle, Episodic, BallsInBins)] == [
         "add_remove", "substitute", "add_remove", "add_remove", "add_remove", "add_remove"]
     assert FixedSize.relations == ("substitute",) and set(Shuffle.relations) == {"add_remove", "substitute"}
@@ -75,7 +79,7 @@ def test_step_events_relations_and_charges():
 
 
 def test_citations_are_known_keys_and_name_the_theorems():
-    for cls in (Poisson, FixedSize, NoSampling, Shuffle, Episodic, BallsInBins):
+    for cls in (Poisson, FixedSize, WithReplacement, NoSampling, Shuffle, Episodic, BallsInBins):
         assert all(key in CITATIONS for key in cls.citations), cls
     assert "mironov2019sampled" in Poisson.citations and "balle2018privacy" in FixedSize.citations
     assert "chua2024private" in Shuffle.citations and "tombs2022privacy" in Episodic.citations
@@ -84,6 +88,9 @@ def test_citations_are_known_keys_and_name_the_theorems():
 def test_assumptions_name_the_unit_and_the_parameters():
     assert "probability 0.01 (Poisson sampling)" in Poisson(0.01).assumptions("task")[0]
     assert "exactly 10 of the 1000 records" in FixedSize(10, 1000).assumptions("record")[0]
+    assert "draws 10 records independently and uniformly from the 1000 with replacement" in WithReplacement(
+        10, 1000).assumptions("record")[0]
+    assert "moves the sum by up to 2C" in WithReplacement(10, 1000).assumptions("record")[1]
     assert "every client contributes to every step" in NoSampling().assumptions("client")[0]
     assert Shuffle(10, 1000).assumptions("task", "how it was cut")[0] == "how it was cut"
     assert Episodic(4).assumptions("record")[0] == "episodic sampling"
@@ -184,6 +191,11 @@ def test_the_sampling_layer_imports_only_the_layers_below_it():
      "[[hierarchy]] applies to sampling.scheme = 'episodic', or to 'poisson'/'fixed' task sampling"),
     ({"scheme": "balls_in_bins"}, {}, "sampling.batch_size and sampling.population are required for sampling.scheme "
                                       "= 'balls_in_bins'"),
+    ({"scheme": "with_replacement", "population": 100, "batch_size": 10}, {"relation": "substitute"},
+     "relation must be 'add_remove' for sampling.scheme = 'with_replacement' (a draw of the unit replaces another "
+     "unit's draw"),
+    ({"scheme": "with_replacement", "rate": 0.1}, {},
+     "sampling.rate does not apply to sampling.scheme = 'with_replacement'"),
 ])
 def test_plan_refusals_read_the_scheme(sampling, extra, message):
     d = plan_dict(sampling, **extra)
@@ -207,7 +219,7 @@ def test_relations_and_epochs_follow_the_scheme():
 
 
 @pytest.mark.parametrize("scheme", [Poisson(0.25, 40), Poisson(1 / 3, 30), FixedSize(10, 40), BallsInBins(40, 10),
-                                    Shuffle(8, 40), NoSampling(12)])
+                                    Shuffle(8, 40), NoSampling(12), WithReplacement(8, 40)])
 def test_a_schemes_plan_table_loads_back_to_it(scheme):
     # what --save-plan writes for a run's scheme (issue 29: flags compile to a plan)
     table = scheme.plan_table()

@@ -34,13 +34,15 @@ from metadp.core.events import (
     NonPrivate,
     NoOp,
     PoissonSampled,
+    ReplacementSampled,
     PoolSubstitution,
     RandomAllocation,
     SelfComposed,
 )
 
 __all__ = [
-    "Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "FixedSizeSampled", "RandomAllocation",
+    "Event", "NoOp", "NonPrivate", "Gaussian", "Laplace", "PoissonSampled", "ReplacementSampled", "FixedSizeSampled",
+    "RandomAllocation",
     "SelfComposed", "Composed", "EpisodicSampled", "PoolSubstitution", "Group", "RdpAccountant", "PldAccountant", "PldResult",
     "UnsupportedEventError", "event_rdp", "DEFAULT_ORDERS", "RELATIONS", "epsilon_from_rdp", "delta_from_rdp",
     "ACCOUNTANTS", "accountant_class", "make_accountant", "Ledger", "LedgerError", "LedgerCorruptError",

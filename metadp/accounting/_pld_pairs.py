@@ -16,6 +16,7 @@ from metadp.mechanisms.episodic import episodic_record_pairs
 from metadp.mechanisms.gaussian import gaussian_pair, poisson_gaussian_pairs
 from metadp.mechanisms.laplace import LaplacePair
 from metadp.mechanisms.pooled import pooled_record_pair
+from metadp.mechanisms.replacement import replacement_pairs
 from metadp.mechanisms.wor import wor_gaussian_pair
 
 __all__ = ["event_pairs"]
@@ -83,6 +84,8 @@ def _cached_pairs(kind: str, *args) -> tuple:
         return (pooled_record_pair(*args),)
     if kind == "wor":
         return (wor_gaussian_pair(*args),)
+    if kind == "replacement":
+        return replacement_pairs(*args)
     return tuple(poisson_gaussian_pairs(*args))
 
 
@@ -122,6 +125,23 @@ def _(event: ev.FixedSizeSampled, relation):
     return [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)), 1)]
 
 
+@event_pairs.register
+def _(event: ev.ReplacementSampled, relation):
+    # the binomial mixture of metadp.mechanisms.replacement: each copy moves the sum by up to 2C, attained
+    if relation != "add_remove":
+        raise _pld_unsupported(event, "sampling with replacement is analysed under the add_remove relation (a copy "
+                                      "of the unit replaces another unit's draw)")
+    z = effective_noise_multiplier(event.inner, "PLD")
+    if event.draws == 0 or math.isinf(z):
+        return []
+    if event.draws > _MAX_DRAWS:
+        raise _pld_unsupported(event, f"the binomial mixture holds a component for each of 0..{event.draws:,} copies "
+                                      f"(the PLD pairs take at most {_MAX_DRAWS:,} draws a step)")
+    _check_noise(event, z / (2.0 * event.draws))  # the largest shift: every draw a copy
+    return [(_cached_pairs("replacement", event.draws, event.population, z), 1)]
+
+
+_MAX_DRAWS = 100_000  # draws a step of sampling with replacement (one mixture component each)
 _MAX_SPREAD = 1_000  # values of the selecting count with mass (EpisodicSampled pairs: a component each)
 _MAX_EPISODES = 10**7  # episodes a step (the binomial support is built over 0..episodes)
 

@@ -171,6 +171,18 @@ def _(event: ev.FixedSizeSampled, orders, relation):
 
 
 @event_rdp.register
+def _(event: ev.ReplacementSampled, orders, relation):
+    # the binomial mixture pair is a Poisson group's (metadp.mechanisms.replacement): its group rule (Mironov 2017,
+    # Prop. 2), valid and loose; the PLD accountant composes the pair itself
+    if relation != "add_remove":
+        raise _unsupported(event, "sampling with replacement is analysed under the add_remove relation")
+    if event.draws == 0:
+        return np.zeros_like(orders)
+    z = effective_noise_multiplier(event.inner)
+    return event_rdp(ev.Group(event.draws, ev.PoissonSampled(event.rate, ev.Gaussian(z / 2.0))), orders, relation)
+
+
+@event_rdp.register
 def _(event: ev.RandomAllocation, orders, relation):
     if relation != "add_remove":
         raise _unsupported(event, "random allocation is analysed under the add_remove relation")

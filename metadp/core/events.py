@@ -31,6 +31,7 @@ __all__ = [
     "Gaussian",
     "Laplace",
     "PoissonSampled",
+    "ReplacementSampled",
     "FixedSizeSampled",
     "SelfComposed",
     "Composed",
@@ -183,6 +184,37 @@ class FixedSizeSampled(Event):
             f"fixed-size sampling ({self.batch} of {self.population}, substitution, "
             f"sensitivity x{self.sensitivity_factor:g}) of {self.inner.describe()}"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplacementSampled(Event):
+    """Each step draws ``draws`` units independently and uniformly, with replacement, from the
+    ``population`` units (a unit may be drawn several times, each copy contributing); ``inner`` (a
+    Gaussian) runs on the sum of the copies' clipped contributions.
+
+    Neighbouring relation: add/remove one unit. A draw that picks the unit picks another unit on the
+    neighbour, so each copy moves the clipped sum by up to 2C: ``metadp.mechanisms.replacement`` proves the
+    dominating pair (a binomial mixture of Gaussians) and that it is attained.
+    """
+
+    draws: int
+    population: int
+    inner: Event
+
+    def __post_init__(self):
+        object.__setattr__(self, "population", check_count("population", self.population, minimum=1,
+                                                           maximum=MAX_COUNT))
+        object.__setattr__(self, "draws", check_count("draws", self.draws, minimum=0, maximum=MAX_COUNT))
+        _check_inner("inner", self.inner)
+
+    @property
+    def rate(self) -> float:
+        """The probability that one draw picks a given unit, 1 / population."""
+        return 1.0 / self.population
+
+    def describe(self) -> str:
+        return (f"sampling with replacement ({self.draws} draws from {self.population}, add/remove, each copy "
+                f"moving the sum by up to 2C) of {self.inner.describe()}")
 
 
 @dataclasses.dataclass(frozen=True)

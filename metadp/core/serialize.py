@@ -34,6 +34,7 @@ _SCHEMAS: Dict[str, tuple] = {
     "Gaussian": (ev.Gaussian, {"noise_multiplier": "real"}),
     "Laplace": (ev.Laplace, {"scale": "real"}),
     "PoissonSampled": (ev.PoissonSampled, {"rate": "real", "inner": "event"}),
+    "ReplacementSampled": (ev.ReplacementSampled, {"draws": "count", "population": "count", "inner": "event"}),
     "FixedSizeSampled": (ev.FixedSizeSampled, {"batch": "count", "population": "count", "inner": "event",
                                                "sensitivity_factor": "real"}),
     "SelfComposed": (ev.SelfComposed, {"inner": "event", "count": "count"}),

@@ -15,19 +15,24 @@ over its ``sampler``)
 Opacus ``UniformWithReplacementSampler`` (``DPDataLoader``)   ``poisson`` at the sampler's rate over the data
 Opacus ``DistributedUniformWithReplacementSampler``           ``poisson`` at its rate over the whole data set
                                                               (each record in one rank's shard)
-``RandomSampler`` (no replacement)                            ``shuffle``: batches of the loader's size
+``RandomSampler`` (no replacement), or a uniform              ``shuffle``: batches of the loader's size
+``WeightedRandomSampler(replacement=False)``, one pass
+``RandomSampler(replacement=True)``, a uniform                ``with_replacement``: each batch its size in
+``WeightedRandomSampler(replacement=True)``                   independent uniform draws (each copy moves the
+                                                              sum by up to 2C under add/remove: the binomial
+                                                              mixture of ``metadp.mechanisms.replacement``)
 ``DistributedSampler(shuffle=True)``, one per rank            ``shuffle`` over the data set in batches of
                                                               num_replicas x batch_size (below)
 ``SequentialSampler``, ``DistributedSampler(shuffle=False)``  ``none``: every record once an epoch (a plan
                                                               step is an epoch)
 ``WeightedRandomSampler`` with non-uniform weights            refused: no theorem here covers it
-``RandomSampler(replacement=True)``, uniform weights          refused for now: sampling with replacement
 anything else                                                 refused, naming the sampler
 ==========================================================  ==============================================
 
-Steps. A plan counts what the loader's steps release: Poisson plans count the loader's steps; shuffle plans
-count passes (each record in one step a pass), so the plan's steps are chosen to span exactly the epochs the
-loader's steps touch (``ceil(steps / len(loader))``), the last one charged in full if partial; a sequential
+Steps. A plan counts what the loader's steps release: Poisson and with-replacement plans count the loader's
+steps (a short last batch of draws costs less than a full one, so the upper bound holds; its lower bound is
+then not given); shuffle plans count passes (each record in one step a pass), so the plan's steps are chosen
+to span exactly the epochs the loader's steps touch (``ceil(steps / len(loader))``), the last one charged in full if partial; a sequential
 loader's plan has one step per epoch touched. A loader without ``drop_last`` whose data set is not a whole
 number of batches ends each epoch with a short batch: each record is still in one batch a pass, so the upper
 bound is unchanged; the certified lower bound (Chua et al.'s test) needs equal batches and is not given.
@@ -62,10 +67,12 @@ class LoaderScheme:
     """What a DataLoader does, as a metadp sampling scheme (module docstring).
 
     Attributes:
-        scheme: the plan's ``sampling.scheme`` ("poisson", "shuffle" or "none"), or None where refused.
+        scheme: the plan's ``sampling.scheme`` ("poisson", "with_replacement", "shuffle" or "none"), or None where
+            refused.
         sampler: the class that draws the indices.
         population: records the sampling draws from (the data set).
-        batch_size: records a step releases (shuffle: num_replicas x the loader's batch size); None for Poisson.
+        batch_size: records a step releases (shuffle: num_replicas x the loader's batch size; with replacement:
+            draws); None for Poisson.
         rate: Poisson's per-step inclusion probability; None for the others.
         steps_per_epoch: the loader's steps an epoch (``len(loader)``).
         reading: what was read, and what it means for the epsilon, in one paragraph.
@@ -80,6 +87,7 @@ class LoaderScheme:
     steps_per_epoch: Optional[int]
     reading: str
     refusal: Optional[str] = None
+    short_batches: bool = False  # with replacement: a last batch of fewer draws an epoch (no certified lower bound)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -152,20 +160,17 @@ def _fixed_batches(sampler, b: int, drop_last: bool, n: Optional[int], spe: Opti
             return _refused(name, n, b, spe, f"WeightedRandomSampler with non-uniform weights (from {float(weights.min()):.3g} "
                                              f"to {float(weights.max()):.3g}): records have unequal chances, and no "
                                              "amplification theorem metadp implements covers that; use uniform sampling")
-        return _refused(name, n, b, spe, "WeightedRandomSampler with uniform weights draws batches with replacement "
-                                         "(a record can be in a batch several times); metadp has no plan scheme for "
-                                         "sampling with replacement yet: use Poisson sampling (Opacus's DPDataLoader)"
-                                         " or a shuffling loader")
+        if len(weights) != n:
+            return _refused(name, n, b, spe, f"WeightedRandomSampler over {len(weights)} weights for a data set of {n} "
+                                             "records: the sampler does not draw from the data set")
+        if not sampler.replacement:
+            return _shuffled(name, n, b, spe, sampler.num_samples, short, "WeightedRandomSampler(replacement=False), "
+                                                                          "uniform weights")
+        return _with_replacement(name, n, b, spe, sampler.num_samples, drop_last, "uniform weights")
     if isinstance(sampler, tud.RandomSampler):
         if sampler.replacement:
-            return _refused(name, n, b, spe, "RandomSampler(replacement=True) draws records with replacement; metadp "
-                                             "has no plan scheme for sampling with replacement yet")
-        if sampler.num_samples != n:
-            return _refused(name, n, b, spe, f"RandomSampler(num_samples={sampler.num_samples}) over {n} records is "
-                                             "not one shuffled pass an epoch")
-        return LoaderScheme("shuffle", name, n, b, None, spe,
-                            f"shuffled passes (RandomSampler): batches of {b} cut from a shuffled pass over {n} "
-                            f"records, each in one batch an epoch{short}")
+            return _with_replacement(name, n, b, spe, sampler.num_samples, drop_last, "replacement=True")
+        return _shuffled(name, n, b, spe, sampler.num_samples, short, "RandomSampler")
     if isinstance(sampler, DistributedSampler):
         return _distributed(sampler, b, drop_last, n, spe, short)
     if isinstance(sampler, tud.SequentialSampler):
@@ -174,6 +179,29 @@ def _fixed_batches(sampler, b: int, drop_last: bool, n: Optional[int], spe: Opti
                             "batch an epoch, protected by that batch's noise alone (a plan step is an epoch)")
     return _refused(name, n, b, spe, f"batches of {b} from {name}, whose inclusion law metadp cannot read: no plan "
                                      "describes this loader")
+
+
+def _shuffled(name, n, b, spe, drawn, short, what) -> LoaderScheme:
+    if drawn != n:
+        return _refused(name, n, b, spe, f"{name}(num_samples={drawn}) over {n} records without replacement is not "
+                                         "one shuffled pass an epoch")
+    return LoaderScheme("shuffle", name, n, b, None, spe,
+                        f"shuffled passes ({what}): batches of {b} cut from a shuffled pass over {n} records, each in "
+                        f"one batch an epoch{short}")
+
+
+def _with_replacement(name, n, b, spe, drawn, drop_last, what) -> LoaderScheme:
+    if b > n:
+        return _refused(name, n, b, spe, f"batches of {b} drawn with replacement from {n} records: more draws than "
+                                         "records, which no plan here states (sampling.batch_size <= population)")
+    short = "" if drop_last or drawn % b == 0 else (
+        f"; the last batch of each epoch holds {drawn % b} draws (no drop_last): fewer draws cost less, so the upper "
+        "bound holds, and no certified lower bound is given")
+    return LoaderScheme("with_replacement", name, n, b, None, spe,
+                        f"sampling with replacement ({name}, {what}): each batch is {b} independent uniform draws "
+                        f"from {n} records, a record drawn k times contributing k copies; under add/remove each copy "
+                        f"moves the sum by up to 2C (metadp.mechanisms.replacement){short}",
+                        short_batches=bool(short))
 
 
 def _distributed(sampler, b: int, drop_last: bool, n: Optional[int], spe: Optional[int], short: str) -> LoaderScheme:
@@ -197,8 +225,8 @@ def _distributed(sampler, b: int, drop_last: bool, n: Optional[int], spe: Option
 
 def loader_steps(loader: LoaderScheme, steps: int) -> int:
     """The plan steps that count what ``steps`` of the loader release (module docstring): the loader's steps
-    for Poisson; for shuffle, steps spanning exactly the epochs they touch; one an epoch for ``none``."""
-    if loader.scheme == "poisson" or steps == 0:
+    for Poisson and with replacement (each step draws afresh); for shuffle, steps spanning exactly the epochs they touch; one an epoch for ``none``."""
+    if loader.scheme in ("poisson", "with_replacement") or steps == 0:
         return steps
     epochs = math.ceil(steps / loader.steps_per_epoch)
     if loader.scheme == "none":
@@ -230,7 +258,7 @@ def loader_table(data_loader, *, noise_multiplier: float, steps: Optional[int] =
         raise ValueError(f"data_loader ({found.sampler}): {found.refusal}")
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps and epochs")
-    if not found.steps_per_epoch and (epochs is not None or found.scheme != "poisson"):
+    if not found.steps_per_epoch and (epochs is not None or found.scheme not in ("poisson", "with_replacement")):
         raise ValueError(f"data_loader ({found.sampler}) has no length: its steps an epoch, and so its passes, are "
                          "unknown")
     if steps is None:
@@ -242,7 +270,7 @@ def loader_table(data_loader, *, noise_multiplier: float, steps: Optional[int] =
     sampling = {"scheme": found.scheme, "population": found.population}
     if found.scheme == "poisson":
         sampling["rate"] = found.rate
-    elif found.scheme == "shuffle":
+    elif found.scheme in ("shuffle", "with_replacement"):
         sampling["batch_size"] = found.batch_size
     return {"name": name or f"a run of a DataLoader ({found.sampler})", "unit": "record", "delta": delta,
             "steps": loader_steps(found, steps), "sampling": sampling,
@@ -261,6 +289,8 @@ def account_loader(data_loader, *, noise_multiplier: float, steps: Optional[int]
     if found.scheme == "shuffle":  # the sampler's own bound (equal batches only): the accountant's lower end is one
         # for the looser event it was given (one Gaussian a pass), not for the sampler
         lower = plan.sampling.epsilon_lower(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.delta)
-    else:  # Poisson and no sampling: the accounted event is the mechanism's own pair, so its lower end bounds it
+    elif found.short_batches:  # fewer draws in some steps: the full-batch pair's lower end is not the loader's
+        lower = None
+    else:  # Poisson, with replacement and no sampling: the accounted pair is attained, so its lower end bounds it
         lower = report.epsilon_lower
     return LoaderAccount(found, plan, report, lower)

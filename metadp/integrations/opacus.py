@@ -16,8 +16,9 @@ also reads the loader ``make_private`` prepared (``get_optimizer_hook_fn``; ``re
 accounts the plan of it (``metadp.integrations.loaders``): Opacus's Poisson loader (``poisson_sampling=True``)
 as ``SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), num_steps)`` per history entry;
 with ``poisson_sampling=False`` a shuffling loader as shuffled passes (``get_epsilon_bounds`` then gives
-Chua et al.'s certified lower bound beside the upper one), a sequential one as one Gaussian an epoch, and a
-loader no plan describes is refused when ``make_private`` runs. What does not change: the history, the
+Chua et al.'s certified lower bound beside the upper one), a sequential one as one Gaussian an epoch, one
+drawing with replacement as ``with_replacement`` (``metadp.mechanisms.replacement``: each copy moves the sum by
+2C), and a loader no plan describes is refused when ``make_private`` runs. What does not change: the history, the
 optimizer hook, the state dict (``{"history", "mechanism": "metadp", "loader"}``), one record = one unit,
 add/remove neighbours, per-sample gradients clipped to the clip norm.
 

@@ -17,16 +17,17 @@ Each sampling scheme is one frozen dataclass (``schemes``; the base class and th
 * ``from_table`` (a plan's ``[sampling]`` table), ``to_dict``/``from_record`` (the report's
   ``sampling`` record), ``of_lot`` (the trainer's ``--sampler`` over its pool), ``text``/``latex`` (report cells).
 
-==============  ===============  ============================================  ==========  ======
-class           plan name        step event                                    relation    charge
-==============  ===============  ============================================  ==========  ======
-Poisson         poisson          PoissonSampled(q, inner)                      add_remove  step
-FixedSize       fixed            FixedSizeSampled(m, n, inner)                 substitute  step
-NoSampling      none             inner                                         either      step
-Shuffle         shuffle          inner, once per pass                          either      pass
-Episodic        episodic         record: EpisodicSampled(L, P_U, r, inner, s)  add_remove  step
-BallsInBins     balls_in_bins    RandomAllocation(t, inner) per pass (plans)   add_remove  pass
-==============  ===============  ============================================  ==========  ======
+===============  ================  ============================================  ==========  ======
+class            plan name         step event                                    relation    charge
+===============  ================  ============================================  ==========  ======
+Poisson          poisson           PoissonSampled(q, inner)                      add_remove  step
+FixedSize        fixed             FixedSizeSampled(m, n, inner)                 substitute  step
+WithReplacement  with_replacement  ReplacementSampled(m, n, inner)               add_remove  step
+NoSampling       none              inner                                         either      step
+Shuffle          shuffle           inner, once per pass                          either      pass
+Episodic         episodic          record: EpisodicSampled(L, P_U, r, inner, s)  add_remove  step
+BallsInBins      balls_in_bins     RandomAllocation(t, inner) per pass (plans)   add_remove  pass
+===============  ================  ============================================  ==========  ======
 
 ``Guarantee`` (``guarantee``) is the one result type: unit, relation, adversary, event(s), charge,
 basis and citations, and the certified epsilon interval once an accountant has computed it. Plan
@@ -42,9 +43,9 @@ reports, the trainer's ``_central`` and the samplers' ``*_event`` methods read i
 from metadp.sampling.guarantee import EVERYONE, Guarantee
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, record_events, top_unit_shift
 from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_lot, register
-from metadp.sampling.schemes import Episodic, FixedSize, NoSampling, Poisson
+from metadp.sampling.schemes import Episodic, FixedSize, NoSampling, Poisson, WithReplacement
 from metadp.sampling.one_pass import BallsInBins, Shuffle
 
-__all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "NoSampling", "Shuffle", "Episodic",
+__all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "WithReplacement", "NoSampling", "Shuffle", "Episodic",
            "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "register",
            "parse_hierarchy", "episode_shift", "top_unit_shift", "record_events", "LEVEL_KEYS"]

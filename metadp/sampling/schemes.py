@@ -14,7 +14,7 @@ from metadp.sampling import hierarchy as hi
 from metadp.sampling.base import Sampling, _counts, register
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["Poisson", "FixedSize", "NoSampling", "Episodic"]
+__all__ = ["Poisson", "FixedSize", "WithReplacement", "NoSampling", "Episodic"]
 
 
 class _TaskSlots:
@@ -194,6 +194,45 @@ class FixedSize(_TaskSlots, _Batches):
 
     def _slots(self):
         return self.batch_size, 1.0, ""
+
+
+@register()
+@dataclasses.dataclass(frozen=True)
+class WithReplacement(_Batches):
+    """``batch_size`` draws a step, each uniform over the ``population`` units, with replacement (a
+    ``RandomSampler(replacement=True)`` or uniform ``WeightedRandomSampler`` loader): add/remove, where a
+    copy of the unit replaces another unit's draw and so moves the sum by up to 2C (the binomial mixture of
+    ``metadp.mechanisms.replacement``, attained)."""
+
+    scheme: ClassVar[str] = "with_replacement"
+    plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size")
+    relation_note: ClassVar[str] = (" (a draw of the unit replaces another unit's draw: metadp.mechanisms."
+                                    "replacement)")
+    citations: ClassVar[Tuple[str, ...]] = ("schuchardt2024unified", "zhu2022optimal")
+    warnings: ClassVar[Tuple[str, ...]] = (
+        "sampling with replacement: each copy of a unit replaces another unit's draw, so it moves the clipped sum "
+        "by up to 2C (not C as a Poisson inclusion does); accounting this loader as Poisson sampling at rate "
+        "batch_size / population understates epsilon",)
+    basis: ClassVar[str] = ("Gaussian on draws with replacement, add/remove: binomial mixture of shifts 2kC, attained "
+                            "(metadp.mechanisms.replacement; Schuchardt et al. 2024, arXiv:2403.04867)")
+
+    def step_event(self, inner: ev.Event) -> ev.ReplacementSampled:
+        return ev.ReplacementSampled(self.batch_size, self.population, inner)
+
+    def assumptions(self, unit, how=None):
+        return (f"each step draws {self.batch_size} {unit}s independently and uniformly from the {self.population} "
+                f"with replacement (a {unit} drawn k times contributes k clipped copies), independently across steps",
+                f"under add/remove a copy of the {unit} replaces another {unit}'s draw: each copy moves the sum by "
+                "up to 2C, and the worst case (every other contribution opposite) is attained")
+
+    def epsilon_lower(self, unit, relation, inner, steps, delta):
+        return None  # the accountant's lower end is the mechanism's (the pair is attained): the report gives it
+
+    def text(self, unit):
+        return f"with replacement, {self.batch_size:,} draws from {self.population:,} {unit}s per step"
+
+    def latex(self):
+        return f"with replacement ${self.batch_size}/{self.population}$"
 
 
 @register()

@@ -23,6 +23,7 @@ EXAMPLES = [
     ev.Laplace(math.inf),
     ev.PoissonSampled(5 / 1150, GAUSS),
     ev.PoissonSampled(0.0, ev.Laplace(1.0)),
+    ev.ReplacementSampled(30, 720, GAUSS),
     ev.FixedSizeSampled(5, 1150, GAUSS),
     ev.FixedSizeSampled(3, 7, GAUSS, sensitivity_factor=1.0),
     ev.SelfComposed(ev.PoissonSampled(0.01, GAUSS), 250),
