@@ -162,6 +162,9 @@ def _sampling_words(s: Dict[str, Any], unit: str) -> str:
     if scheme == "fixed":
         return (f"fixed-size sampling without replacement ({_count(s['batch_size'])} of "
                 f"{_count(s['population'])} {units} per step)")
+    if scheme == "with_replacement":
+        return (f"sampling with replacement ({_count(s['batch_size'])} independent uniform draws from "
+                f"{_count(s['population'])} {units} per step, each copy moving the clipped sum by up to $2C$)")
     if scheme == "episodic":
         return (f"episodic sampling ({_count(s['episodes'])} episodes per step, each drawn level by level "
                 "through the plan's hierarchy)")

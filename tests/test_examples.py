@@ -45,6 +45,8 @@ EXPECTED = {
                                              delta=1e-6),
     "dp_fedmeta_one_pass_balls_in_bins.toml": dict(unit="task", relation="add_remove", scheme="balls_in_bins",
                                                    steps=250, delta=1e-6),
+    "dp_sgd_loader_with_replacement.toml": dict(unit="record", relation="add_remove", scheme="with_replacement",
+                                                steps=48, delta=1e-5, accountant="pld"),
     "dp_reptile_group.toml": dict(unit="group", relation="add_remove", scheme="none", steps=2, delta=1e-3),
     # plans the trainer runs (metadp train ALGO --plan FILE): episodes drawn from the data shipped here
     "train_glyphs_episodic_quick.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=20,

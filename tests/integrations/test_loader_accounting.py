@@ -305,3 +305,16 @@ def test_a_history_whose_noise_changed_composes_each_runs_plan():
     charged = gaussian_epsilon((1 / 1.3 ** 2 + 2 / 4) ** -0.5, DELTA)
     assert bounds.epsilon_upper == pytest.approx(charged, rel=1e-3)
     assert bounds.epsilon_upper > gaussian_epsilon((1 / 1.3 ** 2 + 1 / 4) ** -0.5, DELTA) * 1.05
+
+
+def test_the_with_replacement_example_is_the_plan_account_loader_writes():
+    from pathlib import Path
+
+    from metadp.plan import load_plan
+
+    example = load_plan(Path(__file__).resolve().parents[2] / "examples" / "dp_sgd_loader_with_replacement.toml")
+    loader = DataLoader(_data(720), batch_size=30, sampler=WeightedRandomSampler(torch.ones(720), 720))
+    account = account_loader(loader, noise_multiplier=Z, epochs=2, delta=DELTA)
+    assert (account.plan.sampling, account.plan.steps, account.plan.noise) == (example.sampling, example.steps,
+                                                                                example.noise)
+    assert account.epsilon == plan_epsilon(example).epsilon
