@@ -184,6 +184,8 @@ def _(event: ev.RandomAllocation, relation):
         raise _pld_unsupported(event, "random allocation is analysed for a Gaussian inner mechanism only")
     if math.isinf(event.inner.noise_multiplier):
         return []
+    if event.selected > 1:  # k of t: k one-step allocations of floor(t / k) steps (allocation_bounds' reduction)
+        return event_pairs(event.reduced(), relation)
     if event.steps == 1:
         return event_pairs(event.inner, relation)
     z = _check_noise(event, event.inner.noise_multiplier)

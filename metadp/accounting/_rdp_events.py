@@ -188,6 +188,8 @@ def _(event: ev.RandomAllocation, orders, relation):
         raise _unsupported(event, "random allocation is analysed under the add_remove relation")
     if not isinstance(event.inner, ev.Gaussian):
         raise _unsupported(event, "random allocation is analysed for a Gaussian inner mechanism only")
+    if event.selected > 1:  # k of t: k one-step allocations of floor(t / k) steps (allocation_bounds' reduction)
+        return event_rdp(event.reduced(), orders, relation)
     return allocation_rdp_at(event.inner.noise_multiplier, event.steps, orders)
 
 

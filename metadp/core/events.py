@@ -337,17 +337,29 @@ class Group(Event):
 
 @dataclasses.dataclass(frozen=True)
 class RandomAllocation(Event):
-    """One pass of ``steps`` releases of ``inner`` in which each unit is used in exactly one step, chosen
-    uniformly at random and independently of the other units (random allocation, "balls in bins",
-    k = 1 of t; DESIGN.md 3.9(a)). Neighbouring relation: add/remove one unit.
-    ``metadp.amplification.allocation_bounds`` derives its RDP (Gaussian ``inner``)."""
+    """One pass of ``steps`` releases of ``inner`` in which each unit is used in exactly ``selected`` of the
+    steps (default one), chosen uniformly at random and independently of the other units (random allocation,
+    "balls in bins", k of t; DESIGN.md 3.9(a)). Neighbouring relation: add/remove one unit.
+    ``metadp.amplification.allocation_bounds`` derives its RDP (Gaussian ``inner``); for k > 1 the accountants
+    bound it by k one-step allocations over floor(t / k) steps each (the reduction proved there)."""
 
     steps: int
     inner: Event
+    selected: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "steps", check_count("steps", self.steps, minimum=1, maximum=MAX_COUNT))
+        object.__setattr__(self, "selected", check_count("selected", self.selected, minimum=1, maximum=self.steps))
         _check_inner("inner", self.inner)
 
+    def reduced(self) -> "Event":
+        """The event the accountants bound a k-of-t allocation by: k compositions of a one-step allocation over
+        floor(t / k) steps (``inner`` itself where that block is one step); the event itself for k = 1."""
+        if self.selected == 1:
+            return self
+        block = self.steps // self.selected
+        return SelfComposed(self.inner if block == 1 else RandomAllocation(block, self.inner), self.selected)
+
     def describe(self) -> str:
-        return f"random allocation (each unit in one uniformly random step of {self.steps}) of {self.inner.describe()}"
+        which = "one uniformly random step" if self.selected == 1 else f"{self.selected} distinct uniformly random steps"
+        return f"random allocation (each unit in {which} of {self.steps}) of {self.inner.describe()}"

@@ -43,8 +43,11 @@ _SCHEMAS: Dict[str, tuple] = {
                                              "inner": "event", "shift": "real"}),
     "PoolSubstitution": (ev.PoolSubstitution, {"rate": "real", "inner": "event"}),
     "Group": (ev.Group, {"size": "count", "inner": "event"}),
-    "RandomAllocation": (ev.RandomAllocation, {"steps": "count", "inner": "event"}),
+    "RandomAllocation": (ev.RandomAllocation, {"steps": "count", "inner": "event", "selected": "count"}),
 }
+# fields written only where they differ from their default, and read as it where absent (files written before
+# the field existed stay readable)
+_OPTIONAL: Dict[str, Dict[str, Any]] = {"RandomAllocation": {"selected": 1}}
 _NAMES = {cls: name for name, (cls, _) in _SCHEMAS.items()}
 _RESERVED = ("type", "version")
 
@@ -89,6 +92,8 @@ def _encode(event, where: str) -> Dict[str, Any]:
     for field, kind in _SCHEMAS[name][1].items():
         value = getattr(event, field)
         path = f"{where}.{field}"
+        if _OPTIONAL.get(name, {}).get(field, object()) == value:
+            continue
         if kind == "real":
             out[field] = "inf" if value == math.inf else float(value)
         elif kind == "count":
@@ -111,10 +116,13 @@ def _decode(d, where: str) -> ev.Event:
     if unknown or "version" in d and where != "event":
         bad = unknown[0] if unknown else "version"
         raise ValueError(f"{where}.{bad} is not a field of {name}; its fields are: {', '.join(schema) or 'none'}")
-    missing = [k for k in schema if k not in d]
+    optional = _OPTIONAL.get(name, {})
+    missing = [k for k in schema if k not in d and k not in optional]
     if missing:
-        raise ValueError(f"{where}.{missing[0]} is missing ({name} needs {', '.join(schema)})")
-    kwargs = {field: _decode_value(d[field], kind, f"{where}.{field}") for field, kind in schema.items()}
+        needs = ", ".join(k for k in schema if k not in optional)
+        raise ValueError(f"{where}.{missing[0]} is missing ({name} needs {needs})")
+    kwargs = {field: _decode_value(d[field], kind, f"{where}.{field}") if field in d else optional[field]
+              for field, kind in schema.items()}
     try:
         return cls(**kwargs)
     except ValueError as err:

@@ -71,7 +71,9 @@ def _build(value, path: str, dp_events):
             raise ValueError(f"{path}.module_name must be {MODULE!r}, got {module!r}")
         cls = getattr(dp_events, name, None) if isinstance(name, str) else None
         if not (isinstance(cls, type) and issubclass(cls, dp_events.DpEvent)):
-            raise ValueError(f"{path}.class_name {name!r} is not an event class of {MODULE}")
+            newer = (" in the installed dp-accounting (it predates the class: metadp.integrations.dp_accounting."
+                     "from_dp_event reads the dict without it)" if name == "RandomAllocationDpEvent" else "")
+            raise ValueError(f"{path}.class_name {name!r} is not an event class of {MODULE}{newer}")
         fields = [a.name for a in cls.__attrs_attrs__]
         extra = [key for key in value if key not in fields and key not in KEYS]
         missing = [key for key in fields if key not in value]

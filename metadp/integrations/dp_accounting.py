@@ -14,7 +14,17 @@ dp-accounting                          metadp
 n, m, e)``
 ``SelfComposedDpEvent(e, k)``          ``SelfComposed(e, k)``
 ``ComposedDpEvent([e1, e2])``          ``Composed((e1, e2))``
+``RandomAllocationDpEvent(e, t, k,     ``RandomAllocation(t, e, selected=k)``, composed E times
+E)``
 =====================================  ===========================================================
+
+``RandomAllocationDpEvent`` (random allocation of k of t steps an epoch, Feldman & Shenfeld) is in
+dp-accounting's main branch (google/differential-privacy PR #414) but in no release metadp was tested with
+(0.6.0 predates it), so its fields could not be read off the class: metadp reads and writes ``event``,
+``num_steps``, ``num_selected`` (default 1) and ``num_epochs`` (default 1), the names of pld-accounting 2.0's
+API from the same authors, and reads their JSON with no dp-accounting installed (``from_dp_event`` of the dict;
+``metadp plan --dp-event FILE``). Building the ``DpEvent`` itself (``to_dp_event``, ``dp_event_from_dict``)
+needs a dp-accounting that has the class, and checks these field names against it.
 
 Anything else raises ``UnsupportedDpEventError`` (a ``ValueError``) naming the class and where it sits in
 the tree. In particular metadp has **no randomized-response event** (``metadp.mechanisms`` has its
@@ -69,6 +79,7 @@ from metadp.accounting import (
     NonPrivate,
     NoOp,
     PoissonSampled,
+    RandomAllocation,
     SelfComposed,
 )
 from metadp.core.events import MAX_DEPTH
@@ -90,7 +101,10 @@ _FIELDS: Dict[str, tuple] = {
     "SampledWithoutReplacementDpEvent": ("source_dataset_size", "sample_size", "event"),
     "SelfComposedDpEvent": ("event", "count"),
     "ComposedDpEvent": ("events",),
+    "RandomAllocationDpEvent": ("event", "num_steps", "num_selected", "num_epochs"),
 }
+# fields a dict may leave out, read as these defaults (and written only where they differ)
+_DEFAULTS: Dict[str, Dict[str, Any]] = {"RandomAllocationDpEvent": {"num_selected": 1, "num_epochs": 1}}
 _WHY_NOT = {
     "RandomizedResponseDpEvent": "metadp has no randomized-response event (metadp.mechanisms has its dominating "
                                  "pair, but no accountant composes it)",
@@ -175,9 +189,9 @@ def _from(x, path: str, k: float, depth: int = 1) -> Event:
                          f"got {d.get('module_name')!r}")
     if name not in _FIELDS:
         raise _unsupported_dp(name, path)
-    fields = _FIELDS[name]
+    fields, defaults = _FIELDS[name], _DEFAULTS.get(name, {})
     extra = [key for key in d if key not in fields and key not in KEYS]
-    missing = [key for key in fields if key not in d]
+    missing = [key for key in fields if key not in d and key not in defaults]
     if extra or missing:
         what = f"{extra[0]} is not a field" if extra else f"{missing[0]} is missing"
         raise ValueError(f"{path}.{what} ({name} has: {', '.join(fields) or 'no fields'})")
@@ -201,10 +215,22 @@ def _from(x, path: str, k: float, depth: int = 1) -> Event:
     if name == "SelfComposedDpEvent":
         count = int(_number(d, "count", path, low=0.0, high=float(_MAX_COUNT), integer=True))
         return SelfComposed(_from(d["event"], f"{path}.event", k, depth + 1), count)
+    if name == "RandomAllocationDpEvent":
+        return _allocation({**defaults, **d}, path, _from(d["event"], f"{path}.event", k, depth + 1))
     events = d["events"]
     if isinstance(events, (str, bytes, Mapping)) or not hasattr(events, "__iter__"):
         raise ValueError(f"{path}.events must be a list of events, got {type(events).__name__}")
     return Composed(tuple(_from(e, f"{path}.events[{i}]", k, depth + 1) for i, e in enumerate(events)))
+
+
+def _allocation(d: Mapping, path: str, inner: Event) -> Event:
+    """``RandomAllocationDpEvent(event, num_steps, num_selected, num_epochs)``: each record in num_selected of the
+    num_steps releases of ``event`` an epoch, epochs independent."""
+    steps = int(_number(d, "num_steps", path, low=1.0, high=float(_MAX_COUNT), integer=True))
+    selected = int(_number(d, "num_selected", path, low=1.0, high=float(steps), integer=True))
+    epochs = int(_number(d, "num_epochs", path, low=0.0, high=float(_MAX_COUNT), integer=True))
+    one = RandomAllocation(steps, inner, selected)
+    return one if epochs == 1 else SelfComposed(one, epochs)
 
 
 def _number(d: Mapping, field: str, path: str, *, low: float, high: float = math.inf, low_open: bool = False,
@@ -267,6 +293,10 @@ def _to(event, path: str, k: float, scale: float) -> Dict[str, Any]:
     if type(event) is Composed:
         return node("ComposedDpEvent", events=[_to(e, f"{path}.events[{i}]", k, scale)
                                                for i, e in enumerate(event.events)])
+    if type(event) is RandomAllocation:
+        extra = {"num_selected": event.selected} if event.selected != 1 else {}
+        return node("RandomAllocationDpEvent", event=_to(event.inner, f"{path}.inner", k, scale),
+                    num_steps=event.steps, **extra)
     name = type(event).__name__
     why = {EpisodicSampled: "dp-accounting has no event for episodic sampling (its MixtureOfGaussiansDpEvent "
                             "hides which episodes selected the record's unit, which is not a dominating pair "

@@ -166,12 +166,10 @@ class BallsInBins(Sampling):
         return inner if self.selected == 1 else ev.SelfComposed(inner, self.selected)
 
     def plan_event(self, inner: ev.Event) -> ev.Event:
-        """One pass for one unit under random allocation: ``RandomAllocation(steps_per_pass, inner)``; for k of t,
-        k of ``RandomAllocation(t // k, inner)`` composed (``allocation_bounds``: the reduction, proved there)."""
-        if self.selected == 1:
-            return ev.RandomAllocation(self.steps_per_pass, inner)
-        block = self.steps_per_pass // self.selected
-        return ev.SelfComposed(inner if block == 1 else ev.RandomAllocation(block, inner), self.selected)
+        """One pass for one unit under random allocation: ``RandomAllocation(steps_per_pass, inner, selected)``;
+        the accountants bound k of t by k of ``RandomAllocation(t // k, inner)`` composed (``allocation_bounds``:
+        the reduction, proved there)."""
+        return ev.RandomAllocation(self.steps_per_pass, inner, self.selected)
 
     def charge_event(self, inner: ev.Event) -> ev.Event:
         """A pass under random allocation (``plan_event``), as plans charge it: the trainer's one-pass sampler
