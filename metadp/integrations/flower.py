@@ -23,7 +23,10 @@ the number of replies, which no amplification theorem covers. Two pieces fix tha
 * :class:`ClientSelection` wraps Flower's fixed-clipping wrapper (around ``FedAvg(fraction_train=1.0)``)
   and makes its rounds the mechanism the accountant claims: it draws the round's clients itself
   (``poisson``: each of the N clients independently with probability m / N; ``fixed``: exactly m of the N
-  uniformly), sends the round only to them, counts a client that fails or sends a non-finite update as a
+  uniformly; ``balls_in_bins``: rounds in passes of t = k N / m, each client in k distinct uniformly random
+  rounds of each pass, accounted as ``RandomAllocation(t, Gaussian(z), selected=k)`` a pass by an accountant
+  made with ``MetadpPrivacyAccountant(PrivacyConfig(delta, N, "add-or-remove-one", "no-amplification"),
+  allocation=(t, k))``, the number ``metadp plan`` prints for ``scheme = "balls_in_bins"``, ``selected = k``), sends the round only to them, counts a client that fails or sends a non-finite update as a
   zero update (and adds an exactly zero update as zero itself: Flower's clip divides by its norm), and divides the noisy sum by the fixed m instead of the number of replies:
   ``new = current + (sum of clipped updates + N(0, (zC)^2 I)) / m``. A round that draws nobody still
   releases that noise (Poisson). Each round composes one event on its accountant.
@@ -101,13 +104,21 @@ class MetadpPrivacyAccountant:
     ``metadp plan`` prints for the same events); ``get_delta(epsilon)`` a certified upper bound on delta.
     """
 
-    def __init__(self, config: "PrivacyConfig"):
+    def __init__(self, config: "PrivacyConfig", *, allocation: Optional[Tuple[int, int]] = None):
         _require_flwr()
         if not isinstance(config, PrivacyConfig):
             raise ValueError(f"config must be flwr.serverapp.PrivacyConfig, got {type(config).__name__}")
         metadp_event(config, GaussianPrivacyEvent(1.0, 1, max(1, config.population_size)))  # refuses the pair early
-        self._config = config
+        if allocation is not None:
+            allocation = _check_allocation(config, allocation)
+        self._config, self._allocation = config, allocation
         self._history: List[Tuple["GaussianPrivacyEvent", int]] = []
+
+    @property
+    def allocation(self) -> Optional[Tuple[int, int]]:
+        """(t, k): rounds come in passes of t, each client in k of them (``ClientSelection(scheme="balls_in_bins")``);
+        None: each round is its own release (the configuration's sampling method)."""
+        return self._allocation
 
     @property
     def config(self) -> "PrivacyConfig":
@@ -137,6 +148,9 @@ class MetadpPrivacyAccountant:
     def _certify(self, delta: float, history) -> float:
         if not history:
             return 0.0
+        if self._allocation is not None:
+            event, passes = self._passes(history)
+            return float(certify(event, delta, steps=passes, relation="add_remove", lower=False).epsilon)
         relation = metadp_event(self._config, history[0][0])[1]
         if len(history) == 1:  # one event composed T times: the question `metadp plan` asks
             event, count = history[0]
@@ -149,6 +163,16 @@ class MetadpPrivacyAccountant:
             return accountant
 
         return float(certify(None, delta, relation=relation, composed=composed, lower=False).epsilon)
+
+    def _passes(self, history) -> Tuple[ev.Event, int]:
+        """(one pass's event, passes) of an allocated history: each client in k of each t rounds, a partial last
+        pass charged in full (as ``metadp plan`` of the balls-in-bins plan charges it)."""
+        t, k = self._allocation
+        noises = {float(e.noise_multiplier) for e, _ in history}
+        if len(noises) != 1:
+            raise ValueError(f"an allocated run's rounds must share one noise multiplier, got {sorted(noises)}")
+        rounds = sum(n for _, n in history)
+        return ev.RandomAllocation(t, ev.Gaussian(noises.pop()), k), math.ceil(rounds / t)
 
     def get_epsilon(self, delta: float) -> float:
         if not 0 < delta < 1:
@@ -163,12 +187,14 @@ class MetadpPrivacyAccountant:
         if not self._history:
             return 0.0
         relation = metadp_event(self._config, self._history[0][0])[1]
+        composed = [self._passes(self._history)] if self._allocation is not None else [
+            (metadp_event(self._config, event)[0], count) for event, count in self._history]
         bounds = []
         for name in accountant_names("all"):
             accountant = make_accountant(name, relation)
             try:
-                for event, count in self._history:
-                    accountant.compose(metadp_event(self._config, event)[0], count)
+                for event, count in composed:
+                    accountant.compose(event, count)
             except UnsupportedEventError:
                 continue
             bounds.append(float(accountant.get_delta(epsilon)))
@@ -190,6 +216,7 @@ class MetadpPrivacyAccountant:
         return {"config": {"target_delta": c.target_delta, "population_size": c.population_size,
                            "neighboring_relation": _pair(c)[1].value, "sampling_method": _pair(c)[0].value,
                            "max_epsilon": c.max_epsilon},
+                "allocation": None if self._allocation is None else list(self._allocation),
                 "compositions": [{"event": {"noise_multiplier": e.noise_multiplier, "sample_size": e.sample_size,
                                             "population_size": e.population_size}, "count": n}
                                  for e, n in self._history]}
@@ -198,13 +225,29 @@ class MetadpPrivacyAccountant:
         c = state["config"]
         config = PrivacyConfig(c["target_delta"], c["population_size"], NeighboringRelation(c["neighboring_relation"]),
                                SamplingMethod(c["sampling_method"]), c.get("max_epsilon"))
-        fresh = MetadpPrivacyAccountant(config)
+        allocation = state.get("allocation")
+        fresh = MetadpPrivacyAccountant(config, allocation=None if allocation is None else tuple(allocation))
         for item in state["compositions"]:
             fresh.compose(GaussianPrivacyEvent(**item["event"]), int(item["count"]))
-        self._config, self._history = fresh._config, fresh._history
+        self._config, self._allocation, self._history = fresh._config, fresh._allocation, fresh._history
 
 
-_SCHEMES = {"poisson": ("poisson", "add-or-remove-one"), "fixed": ("without-replacement", "replace-one")}
+def _check_allocation(config, allocation) -> Tuple[int, int]:
+    method, relation = _pair(config)
+    if (method, relation) != (SamplingMethod.NO_AMPLIFICATION, NeighboringRelation.ADD_OR_REMOVE_ONE):
+        raise ValueError("an allocation's rounds are each a plain Gaussian release: the configuration must say "
+                         f"no-amplification with add-or-remove-one, got {method.value}, {relation.value}")
+    try:
+        t, k = allocation
+    except (TypeError, ValueError):
+        raise ValueError(f"allocation must be (steps_per_pass, selected), got {allocation!r}") from None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (t, k)) or not 1 <= k <= t:
+        raise ValueError(f"allocation must be integers (t, k) with 1 <= k <= t, got {allocation!r}")
+    return t, k
+
+
+_SCHEMES = {"poisson": ("poisson", "add-or-remove-one"), "fixed": ("without-replacement", "replace-one"),
+            "balls_in_bins": ("no-amplification", "add-or-remove-one")}
 """ClientSelection's schemes: the (sampling_method, neighboring_relation) its accountant must have."""
 
 
@@ -217,13 +260,18 @@ class ClientSelection(Strategy):
             ``FedAvg(fraction_train=1.0)``, without an accountant of its own.
         clients: m, the expected (``poisson``) or exact (``fixed``) number of clients a round.
         population: N, the clients of the federation (every round checks that N are connected).
-        scheme: ``poisson`` or ``fixed``.
-        accountant: composed once per round (its configuration must match the scheme); None: no accounting.
+        scheme: ``poisson``, ``fixed`` or ``balls_in_bins`` (random allocation: rounds in passes of
+            t = selected x population / clients, each client in ``selected`` distinct uniformly random rounds of
+            each pass, independently of the others; about ``clients`` a round).
+        selected: k, each client's rounds a pass (``balls_in_bins`` only; default 1).
+        accountant: composed once per round (its configuration must match the scheme; ``balls_in_bins``: a
+            ``MetadpPrivacyAccountant`` of no-amplification, add-or-remove-one, ``allocation=(t, k)``); None: no
+            accounting.
         seed: the selection's generator (None: the operating system's entropy; fix it only in tests).
     """
 
     def __init__(self, strategy, *, clients: int, population: int, scheme: str = "poisson", accountant=None,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, selected: int = 1):
         _require_flwr()
         if not isinstance(strategy, DifferentialPrivacyFixedClippingBase):
             raise ValueError("strategy must be one of Flower's fixed-clipping DP wrappers "
@@ -239,6 +287,7 @@ class ClientSelection(Strategy):
         if not (isinstance(population, int) and isinstance(clients, int) and 0 < clients <= population):
             raise ValueError(f"need integers 0 < clients <= population, got clients={clients!r}, "
                              f"population={population!r}")
+        self.pass_rounds = _pass_rounds(scheme, clients, population, selected)
         if accountant is not None:
             method, relation = _SCHEMES[scheme]
             c = accountant.config
@@ -246,10 +295,15 @@ class ClientSelection(Strategy):
                 raise ValueError(f"the accountant's configuration ({_pair(c)[0].value}, {_pair(c)[1].value}, "
                                  f"population {c.population_size}) is not this "
                                  f"selection's ({method}, {relation}, population {population})")
+            wanted = (self.pass_rounds, selected) if scheme == "balls_in_bins" else None
+            if getattr(accountant, "allocation", None) != wanted:
+                raise ValueError(f"the accountant's allocation {getattr(accountant, 'allocation', None)} is not this "
+                                 f"selection's {wanted} (MetadpPrivacyAccountant(config, allocation=(t, k)))")
         self.strategy, self.clients, self.population, self.scheme = strategy, clients, population, scheme
-        self.accountant = accountant
+        self.selected, self.accountant = selected, accountant
         self.rng = np.random.default_rng(seed)
         self.rounds: List[Dict[str, int]] = []
+        self._pass: Optional[np.ndarray] = None  # balls_in_bins: each client's rounds of the current pass
 
     def summary(self) -> None:
         self.strategy.summary()
@@ -264,6 +318,12 @@ class ClientSelection(Strategy):
                              f"{self.population}) waits for all of them)")
         if self.scheme == "poisson":
             keep = self.rng.random(len(nodes)) < self.clients / self.population
+        elif self.scheme == "balls_in_bins":
+            at = len(self.rounds) % self.pass_rounds  # the round's place in its pass: a new pass draws afresh
+            if at == 0:
+                self._pass = np.stack([self.rng.choice(self.pass_rounds, size=self.selected, replace=False)
+                                       for _ in nodes])
+            keep = (self._pass == at).any(axis=1)
         else:
             keep = np.zeros(len(nodes), dtype=bool)
             keep[self.rng.choice(len(nodes), size=self.clients, replace=False)] = True
@@ -301,6 +361,18 @@ class ClientSelection(Strategy):
 
     def aggregate_evaluate(self, server_round, replies):
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _pass_rounds(scheme: str, clients: int, population: int, selected: int) -> Optional[int]:
+    """t = selected x population / clients for ``balls_in_bins`` (which clients must divide); None otherwise."""
+    if scheme != "balls_in_bins":
+        if selected != 1:
+            raise ValueError(f"selected applies only to scheme = 'balls_in_bins', got selected={selected!r}")
+        return None
+    if isinstance(selected, bool) or not isinstance(selected, int) or selected < 1 or (selected * population) % clients:
+        raise ValueError(f"balls_in_bins needs an integer selected >= 1 with clients dividing selected x population, "
+                         f"got selected={selected!r}, clients={clients}, population={population}")
+    return selected * population // clients
 
 
 def _moves(reply: "Message", current: "ArrayRecord") -> bool:

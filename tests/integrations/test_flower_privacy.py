@@ -236,3 +236,69 @@ def test_flowers_wrapper_with_metadp_selection_reports_metadp_plans_epsilon_in_a
     assert all(r["dropped"] == 0 for r in poisson["rounds"] + fixed["rounds"])
     assert poisson["epsilon"] == pytest.approx(_plan_eps("poisson", 6, 2, 1.0, 3), rel=1e-9)
     assert fixed["epsilon"] == pytest.approx(_plan_eps("fixed", 6, 2, 1.0, 3), rel=1e-9)
+
+
+# -- k-of-t random allocation of clients (balls in bins) -----------------------------------------------------
+def _allocated(selected=2, clients=2, population=6, seed=5, z=1.0):
+    t = selected * population // clients
+    config = PrivacyConfig(1e-5, population, "add-or-remove-one", "no-amplification")
+    accountant = MetadpPrivacyAccountant(config, allocation=(t, selected))
+    dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(fraction_train=1.0, min_available_nodes=population), z, 1.0,
+                                                    clients)
+    return ClientSelection(dp, clients=clients, population=population, scheme="balls_in_bins", selected=selected,
+                           seed=seed, accountant=accountant)
+
+
+def test_balls_in_bins_puts_each_client_in_exactly_k_rounds_of_each_pass(identity):
+    selection = _allocated(selected=2, clients=2, population=6)  # t = 6 rounds a pass
+    assert selection.pass_rounds == 6
+    passes = []
+    for p in range(200):
+        counts = np.zeros(6, dtype=int)
+        for r in range(6):
+            messages = selection.configure_train(6 * p + r + 1, _arrays(np.zeros(2)), ConfigRecord(), Grid(range(6)))
+            for m in messages:
+                counts[m.metadata.dst_node_id] += 1
+        passes.append(counts)
+    assert (np.array(passes) == 2).all()  # every client in exactly k = 2 rounds of every pass
+    sizes = [r["selected"] for r in selection.rounds]
+    assert np.mean(sizes) == pytest.approx(2.0)  # m = k N / t exactly, on average over whole passes
+    assert len(set(sizes)) > 1  # ... but a round's size varies: the rounds are not fixed-size batches
+
+
+def test_balls_in_bins_accountant_reports_metadp_plans_epsilon(identity):
+    selection = _allocated(selected=2, clients=2, population=6, z=1.5)
+    for r in range(1, 10):  # a pass and a half: the partial pass charged in full, as plans charge it
+        messages = list(selection.configure_train(r, _arrays(np.zeros(2)), ConfigRecord(), Grid(range(6))))
+        selection.aggregate_train(r, [_reply(m, np.array([0.1, 0.0])) for m in messages])
+    assert selection.accountant.num_releases == 9
+    plan = plan_epsilon(loads_plan('name = "k of t"\nunit = "task"\ndelta = 1e-5\nsteps = 9\n[sampling]\n'
+                                   'scheme = "balls_in_bins"\npopulation = 6\nbatch_size = 2\nselected = 2\n'
+                                   '[noise]\nmechanism = "gaussian"\nmultiplier = 1.5\n'))
+    assert selection.accountant.get_epsilon(1e-5) == pytest.approx(plan.epsilon, rel=1e-9)
+    again = MetadpPrivacyAccountant(PrivacyConfig(1e-5, 6, "add-or-remove-one", "no-amplification"))
+    again.load_state_dict(selection.accountant.state_dict())
+    assert again.allocation == (6, 2) and again.get_epsilon(1e-5) == selection.accountant.get_epsilon(1e-5)
+    assert selection.accountant.get_delta(plan.epsilon * 1.01) <= 1e-5
+
+
+def test_balls_in_bins_refuses_what_its_accounting_does_not_cover():
+    with pytest.raises(ValueError, match="clients dividing selected x population"):
+        _allocated(selected=1, clients=4, population=6)
+    with pytest.raises(ValueError, match="selected applies only to scheme = 'balls_in_bins'"):
+        ClientSelection(DifferentialPrivacyServerSideFixedClipping(FedAvg(fraction_train=1.0), 1.0, 1.0, 2), clients=2,
+                        population=6, selected=2)
+    with pytest.raises(ValueError, match="allocation None is not this selection's"):
+        dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(fraction_train=1.0), 1.0, 1.0, 2)
+        ClientSelection(dp, clients=2, population=6, scheme="balls_in_bins", selected=2,
+                        accountant=MetadpPrivacyAccountant(PrivacyConfig(1e-5, 6, "add-or-remove-one",
+                                                                         "no-amplification")))
+    with pytest.raises(ValueError, match="no-amplification with add-or-remove-one"):
+        MetadpPrivacyAccountant(PrivacyConfig(1e-5, 6, "add-or-remove-one", "poisson"), allocation=(6, 2))
+    with pytest.raises(ValueError, match="1 <= k <= t"):
+        MetadpPrivacyAccountant(PrivacyConfig(1e-5, 6, "add-or-remove-one", "no-amplification"), allocation=(2, 3))
+    acc = MetadpPrivacyAccountant(PrivacyConfig(1e-5, 6, "add-or-remove-one", "no-amplification"), allocation=(6, 2))
+    acc.compose(GaussianPrivacyEvent(1.0, 2, 6))
+    acc.compose(GaussianPrivacyEvent(2.0, 2, 6))
+    with pytest.raises(ValueError, match="share one noise multiplier"):
+        acc.get_epsilon(1e-5)
