@@ -196,7 +196,8 @@ def _(event: ev.RandomAllocation, relation):
                                       "the RDP accountant bounds it")
     if not pld_resolves(z, event.steps):
         raise _pld_unsupported(event, f"the allocation lattice does not resolve t = {event.steps} steps at noise {z:g} "
-                                      "(its bound would be infinite); the RDP accountant bounds it")
+                                      "(its bound would be infinite) and the log lattice would be too large; the RDP "
+                                      "accountant bounds it")
     return [(allocation_pairs(z, event.steps), 1)]
 
 

@@ -113,11 +113,13 @@ def test_get_delta_is_the_inverse_of_get_epsilon():
 
 
 def test_substitution_non_gaussian_and_unresolved_small_t_are_refused():
-    """Refused events go to the RDP accountant. At t = 2, z = 0.9 the lattice cannot resolve small ratios
-    (every V_i in the lowest cell has probability ~1e-3: an infinite bound at any useful delta)."""
+    """Refused events go to the RDP accountant. At t = 2, z = 0.9 the linear lattice cannot resolve small ratios
+    (every V_i in the lowest cell has probability ~1e-3) and the log lattice does (tests/accounting/
+    test_allocation_small_t.py); at z = 0.06 neither fits (the log lattice would need ~500,000 points)."""
     from metadp.accounting.rdp_accountant import UnsupportedEventError
+    PldAccountant().compose(ev.RandomAllocation(2, ev.Gaussian(0.9)))
     with pytest.raises(UnsupportedEventError, match="does not resolve t = 2"):
-        PldAccountant().compose(ev.RandomAllocation(2, ev.Gaussian(0.9)))
+        PldAccountant().compose(ev.RandomAllocation(2, ev.Gaussian(0.06)))
     with pytest.raises(UnsupportedEventError):
         PldAccountant("substitute").compose(ev.RandomAllocation(10, ev.Gaussian(1.0)))
     with pytest.raises(UnsupportedEventError):
