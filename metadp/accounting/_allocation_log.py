@@ -20,7 +20,8 @@ Products of masses are non-negative sums: their float round-off is bounded and a
 **The dropped mass ("add").** The add order's P'-mass of the atoms with some W_i > w_M is at most
 E[V; W > w_M] + (t - 1) E[V+] Pr[W > w_M] (union bound over i, as in ``allocation_pld``), E[V+] <= e^h +
 e^{w_0}; charged to the infinity atom. The remove order's S- = 0 (every W_i below w_0) has loss +inf and mass
-Pr[W < w_0]^t. The grid's ends are chosen so that both are below 1e-20.
+Pr[W < w_0]^t. The grid's ends are chosen so that both are below 1e-20, and Pr[W < w_0] <= 1e-12 (each V
+below w_0 counts 0 in S-: harmless to validity, but at 1e-20^(1/t) it would cost tightness at large t).
 
 **Cost.** A sum of two grids of N points is O(K N) with K = log(1/h) / h pairs of offsets whose log1p term is
 at least one step (beyond, the sum rounds to the larger value, done by cumulative sums): h = 1e-3 and
@@ -41,6 +42,7 @@ __all__ = ["log_lattice_pass", "grid_points"]
 _U = 2.0**-53
 _END = 1e-20  # each end's charge: Pr[W < w_0]^t (remove) and the dropped add-order mass
 _MARGIN = 1e-9  # rounding margin, in grid steps
+_LOW = 1e-12  # Pr[W < w_0]: the remove order's V- = 0 there
 
 
 def _offsets(h: float, down: bool) -> np.ndarray:
@@ -78,9 +80,10 @@ def _combine(a: np.ndarray, a0: float, b: np.ndarray, b0: float, offsets: np.nda
 
 
 def _ends(z: float, t: int) -> Tuple[float, float]:
-    """(w_0, w_M): Pr[W < w_0]^t <= _END, and the add order's dropped mass above w_M about _END."""
+    """(w_0, w_M): Pr[W < w_0] <= _LOW and Pr[W < w_0]^t <= _END (below w_0, V- = 0: valid, but each such
+    V drops out of the sum), and the add order's dropped mass above w_M about _END."""
     m, s = -0.5 / z**2, 1.0 / z
-    lo = m + s * float(special.ndtri(_END ** (1.0 / t)))
+    lo = m + s * float(special.ndtri(min(_END ** (1.0 / t), _LOW)))
     hi = m + s * s + s * float(-special.ndtri(_END / (2.0 * t + 2.0)))
     return lo, hi
 

@@ -122,3 +122,22 @@ def test_a_balls_in_bins_plan_with_two_steps_a_pass_prints_the_pld_number():
                                    'mechanism = "gaussian"\nmultiplier = 1.0\n'))
     assert plan.accountant == "pld" and plan.epsilon == pytest.approx(_upper(2, 1e-5), rel=1e-12)
     assert plan.epsilon_lower == pytest.approx(allocation_lower(Z, 2, 1e-5, 1), rel=1e-12)
+
+
+def test_the_log_lattice_agrees_with_the_linear_one_where_both_resolve(monkeypatch):
+    # t = 8, z = 1: the linear lattice resolves; forcing the log lattice gives a bound in the same certified
+    # interval, within 0.1% of the linear one (measured 2.8635 against 2.8637 at delta 1e-6)
+    from metadp.accounting import _pld_pairs, allocation_pld
+
+    linear = _upper(8, 1e-6)
+    for cache in (allocation_pld._one_pass, allocation_pld.allocation_pairs, _pld_pairs._cached_pairs):
+        cache.cache_clear()
+    monkeypatch.setattr(allocation_pld, "_linear_resolves", lambda z, t: False)
+    try:
+        forced = _upper(8, 1e-6)
+    finally:
+        for cache in (allocation_pld._one_pass, allocation_pld.allocation_pairs, _pld_pairs._cached_pairs):
+            cache.cache_clear()
+    lower = allocation_lower(Z, 8, 1e-6, 1)
+    assert lower <= forced and lower <= linear
+    assert forced == pytest.approx(linear, rel=1e-3)
