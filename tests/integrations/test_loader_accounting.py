@@ -318,3 +318,25 @@ def test_the_with_replacement_example_is_the_plan_account_loader_writes():
     assert (account.plan.sampling, account.plan.steps, account.plan.noise) == (example.sampling, example.steps,
                                                                                 example.noise)
     assert account.epsilon == plan_epsilon(example).epsilon
+
+
+@pytest.mark.slow
+def test_opacus_data_parallel_over_distributed_sampler_shards_reports_the_shuffle_plan(tmp_path):
+    """Two processes (gloo), Opacus's DPDDP and DistributedDPOptimizer (noise added once, on rank 0, then the
+    all-reduced sum), each rank's loader a DistributedSampler shard of 360 records in batches of 15: the run
+    releases 48 sums of 30 records cut from shuffled passes, which is the plan `shuffle`, 720 records, batches of
+    30, 48 steps (opacus_ddp_case.py; about 7 s)."""
+    pytest.importorskip("opacus")
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("opacus_ddp_case.py")
+    subprocess.run([sys.executable, str(script), str(tmp_path), "2"], check=True, timeout=300, capture_output=True)
+    found = json.loads((tmp_path / "result.json").read_text())
+    expected = _hand("shuffle", 720, 48, batch_size=30)
+    assert found["steps"] == 48 and found["same_model_on_every_rank"]
+    assert found["scheme"] == "shuffle" and found["loader"]["batch_size"] == 30
+    assert found["epsilon"] == pytest.approx(expected.epsilon, rel=1e-9)
+    assert found["lower"] == pytest.approx(expected.epsilon_lower, rel=1e-9)
