@@ -53,31 +53,22 @@ class LoaderSampling:
     meaning: str  # what it means for the epsilon, in one paragraph
 
 
-def _size(x) -> Optional[int]:
-    try:
-        return len(x)
-    except TypeError:
-        return None
-
-
 def describe_sampling(data_loader) -> LoaderSampling:
     """What ``data_loader`` (a ``torch.utils.data.DataLoader``, e.g. the ``DPDataLoader`` that Opacus's
-    ``make_private`` returns) does, and what that means for a Poisson accountant's epsilon.
+    ``make_private`` returns) does, and what that means for a Poisson accountant's epsilon. What the loader does
+    is :func:`metadp.integrations.loaders.read_loader`'s reading (the one reader of samplers); this adds whether the
+    Poisson number covers it.
 
     Raises:
         ValueError: if ``data_loader`` is not a torch DataLoader.
     """
-    from torch.utils import data as tud
+    from metadp.integrations.loaders import read_loader
 
-    if not isinstance(data_loader, tud.DataLoader):
-        raise ValueError(f"data_loader must be a torch.utils.data.DataLoader, got {type(data_loader).__name__}")
-    n = _size(data_loader.dataset)
-    steps = _size(data_loader)
+    found = read_loader(data_loader)  # raises for a non-DataLoader
+    n, steps = found.population, found.steps_per_epoch
     accounted = 1.0 / steps if steps else None
-    batch_sampler = data_loader.batch_sampler
-    poisson = poisson_samplers()
-    if isinstance(batch_sampler, poisson):
-        q = float(batch_sampler.sample_rate)
+    if found.scheme == "poisson":
+        q = found.rate
         ok = accounted is not None and accounted >= q * (1 - 1e-12)
         meaning = (f"Poisson sampling: each record joins each batch independently with probability {q:.6g}, as the "
                    f"accountant assumes; it charges rate 1/len(loader) = {accounted:.6g}"
@@ -86,15 +77,11 @@ def describe_sampling(data_loader) -> LoaderSampling:
         if not ok:
             meaning += (", BELOW the sampler's rate (the sampler draws more than 1/rate batches per epoch): the "
                         "epsilon is understated; charge the sampler's rate")
-        return LoaderSampling("poisson", type(batch_sampler).__name__, n, None, accounted, q, ok, meaning)
-    if not isinstance(batch_sampler, tud.BatchSampler):
-        what = "no batch sampler (batch_size=None)" if batch_sampler is None else type(batch_sampler).__name__
-        meaning = (f"batches come from {what}: how records are drawn cannot be read off, so the accountant's "
-                   "Poisson assumption cannot be checked; its epsilon is not certified for this loader")
-        return LoaderSampling("unknown", what, n, None, accounted, None, False, meaning)
-    sampler, b = batch_sampler.sampler, batch_sampler.batch_size
-    kind, rate, meaning = _fixed_size(sampler, b, n, accounted, tud)
-    return LoaderSampling(kind, type(sampler).__name__, n, b, accounted, rate, False, meaning)
+        return LoaderSampling("poisson", found.sampler, n, None, accounted, q, ok, meaning)
+    batches = data_loader.batch_sampler
+    b = getattr(batches, "batch_size", None)
+    kind, rate, meaning = _not_poisson(found, b, accounted, getattr(batches, "sampler", None))
+    return LoaderSampling(kind, found.sampler, n, b, accounted, rate, False, meaning)
 
 
 def poisson_samplers() -> tuple:
@@ -107,49 +94,49 @@ def poisson_samplers() -> tuple:
     return (UniformWithReplacementSampler, DistributedUniformWithReplacementSampler)
 
 
-def _fixed_size(sampler, b: int, n: Optional[int], accounted: Optional[float], tud):
-    """(kind, most exposed record's per-batch inclusion probability or None, meaning) of fixed-size batches."""
-    from torch.utils.data.distributed import DistributedSampler
+_KIND = {"shuffle": "shuffled", "none": "sequential", "with_replacement": "with_replacement"}
+_PLAN = {"shuffled": "sampling.scheme = 'shuffle': one Gaussian per pass, no amplification",
+         "sequential": "sampling.scheme = 'none', a step an epoch",
+         "with_replacement": "sampling.scheme = 'with_replacement', each copy moving the sum by 2C"}
+
+
+def _not_poisson(found, b: Optional[int], accounted: Optional[float], sampler):
+    """(kind, most exposed record's per-step inclusion probability or None, meaning) of a loader that is not
+    Poisson: ``found`` is read_loader's reading."""
+    from torch.utils import data as tud
 
     charged = "" if accounted is None else f" (it charges rate {accounted:.6g})"
     refuse = f"the accountant's Poisson epsilon{charged} does not apply"
     fix = ("Use Opacus's Poisson loader (make_private(..., poisson_sampling=True)), or certify this run with a "
-           "metadp plan for what the loader does")
-    if isinstance(sampler, tud.WeightedRandomSampler):
+           "metadp plan for what the loader does (metadp.integrations.loaders.account_loader; PrivacyEngine("
+           "accountant='metadp') does it)")
+    if isinstance(sampler, tud.WeightedRandomSampler) and found.scheme is None:
         p = sampler.weights.double() / sampler.weights.double().sum()
         p_max = float(p.max())
         if sampler.replacement:
             rate = -math.expm1(b * math.log1p(-p_max)) if p_max < 1 else 1.0
             exposure = (f"the most likely record is in a batch with probability {rate:.3g} and can appear in it "
-                        "several times (its contribution to the sum is then not bounded by the clip norm)")
+                        "several times")
         else:
             rate = p_max
             exposure = f"the most likely record is drawn first with probability {p_max:.3g}"
         return "weighted", rate, (
-            f"weighted sampling (WeightedRandomSampler, replacement={sampler.replacement}) of batches of {b}: records "
-            f"have unequal chances and {exposure}; {refuse} (Opacus issue #813). With poisson_sampling=True Opacus "
-            f"replaces the sampler by uniform Poisson sampling at rate 1/len(loader) and the weights are dropped "
-            f"(Opacus issue #600). {fix}")
-    if isinstance(sampler, tud.RandomSampler) and sampler.replacement:
-        return "with_replacement", None, (
-            f"batches of {b} indices drawn uniformly with replacement: a record can appear several times in one "
-            f"batch (its contribution is then not bounded by the clip norm), and batches are not Poisson samples; "
-            f"{refuse}. {fix}")
-    shuffled = isinstance(sampler, (tud.RandomSampler, tud.SubsetRandomSampler)) or (
-        isinstance(sampler, DistributedSampler) and sampler.shuffle)
-    if shuffled:
-        return "shuffled", (b / n if n else None), (
-            f"fixed-size batches of {b} cut from a shuffled pass (each record in exactly one batch per epoch): not "
-            f"Poisson sampling, so {refuse}: {_SHUFFLE_GAP}. {fix} (sampling.scheme = 'shuffle': "
-            "one Gaussian per pass, no amplification)")
-    if isinstance(sampler, (tud.SequentialSampler, DistributedSampler)):
-        return "sequential", None, (
-            f"batches of {b} in a fixed order (no random sampling, so no amplification): {refuse}; each record is "
-            f"protected by its batch's noise alone, once per epoch. {fix}")
-    return "unknown", None, (
-        f"batches of {b} from {type(sampler).__name__}, whose inclusion law cannot be read off: {refuse} unless it "
-        f"is Poisson sampling at rate >= {accounted if accounted is not None else 'the charged rate'}. "
-        f"{fix}")
+            f"weighted sampling (WeightedRandomSampler, replacement={sampler.replacement}) of batches of {b}: "
+            f"{found.refusal}; {exposure}; {refuse} (Opacus issue #813). With poisson_sampling=True Opacus replaces "
+            "the sampler by uniform Poisson sampling at rate 1/len(loader) and the weights are dropped (Opacus issue "
+            f"#600). Use Opacus's Poisson loader, or uniform sampling")
+    if found.scheme is None:
+        return "unknown", None, (f"{found.refusal}: {refuse} unless it is Poisson sampling at rate >= "
+                                 f"{accounted if accounted is not None else 'the charged rate'}. {fix}")
+    kind = _KIND[found.scheme]
+    rate = found.batch_size / found.population if kind == "shuffled" and found.population else (
+        -math.expm1(found.batch_size * math.log1p(-1.0 / found.population)) if kind == "with_replacement" else None)
+    gap = {"shuffled": f": {_SHUFFLE_GAP}",
+           "with_replacement": (": each copy replaces another record's draw and moves the sum by up to 2C, so the "
+                                "Poisson number at rate batch / records understates epsilon (examples/"
+                                "dp_sgd_loader_with_replacement.toml: certified [10.32, 10.33] against 1.27)"),
+           "sequential": "; each record is protected by its batch's noise alone, once per epoch"}[kind]
+    return kind, rate, f"{found.reading}: not Poisson sampling, so {refuse}{gap}. {fix} ({_PLAN[kind]})"
 
 
 def require_poisson(data_loader, *, action: str = "raise") -> LoaderSampling:

@@ -75,11 +75,15 @@ def test_weighted_random_sampler_is_flagged_with_its_exposure(data):
 @pytest.mark.parametrize("loader, kind", [
     (lambda d: DataLoader(d, batch_size=32), "sequential"),
     (lambda d: DataLoader(d, batch_size=32, sampler=RandomSampler(d, replacement=True)), "with_replacement"),
+    (lambda d: DataLoader(d, batch_size=32, sampler=WeightedRandomSampler(torch.ones(N), N)), "with_replacement"),
     (lambda d: DataLoader(d, batch_size=None), "unknown"),
 ])
 def test_other_loaders_are_flagged(data, loader, kind):
     found = describe_sampling(loader(data))
     assert (found.kind, found.ok) == (kind, False)
+    if kind == "with_replacement":  # what it does comes from read_loader, the one reader; the plan that covers it
+        assert "moves the sum by up to 2C" in found.meaning and "scheme = 'with_replacement'" in found.meaning
+        assert found.sample_rate == pytest.approx(1 - (1 - 1 / N) ** 32, rel=1e-12)
 
 
 def test_a_poisson_sampler_charged_below_its_rate_is_flagged(data):
