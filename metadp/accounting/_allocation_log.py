@@ -9,7 +9,7 @@ pair: the same argument as the linear lattice's, with stochastic bounds in place
 
 **The bounds.** Cut W at the grid w_j = w_0 + j h, j = 0..M. In the cell (w_j, w_{j+1}] put V- = e^{w_j} and
 V+ = e^{w_{j+1}}; below w_0, V- = 0 and V+ = e^{w_0}; above w_M, V- = e^{w_M} and V+ is dropped (below). The
-cells' masses are exact Gaussian cell probabilities (``allocation_pld._log_cell``), raised by their error
+cells' masses are exact Gaussian cell probabilities (``_gaussian_cells.log_cell``), raised by their error
 bound. A sum of two values on the grid, log(e^a + e^b) = max(a, b) + log1p(e^{-|a-b|}), is rounded to the
 grid, down for S- and up for S+ (with a margin of 1e-9 h, far above the float error of the edges), so every
 partial sum stays a coupled bound. The t-fold sum is built by doubling (S_{2k} = S_k (+) S_k, then the binary
@@ -36,6 +36,8 @@ from typing import Tuple
 
 import numpy as np
 from scipy import special
+
+from metadp.accounting._gaussian_cells import log_cell as _log_cell
 
 __all__ = ["log_lattice_pass", "grid_points"]
 
@@ -98,8 +100,6 @@ def grid_points(z: float, t: int, h: float = 1e-3) -> int:
 def log_lattice_pass(z: float, t: int, direction: str, h: float = 1e-3) -> Tuple[np.ndarray, np.ndarray, float]:
     """(losses, P'-masses, infinity mass) of one pass's dominating discrete pair in ``direction`` ("add": S+,
     loss log R+, P'-mass R+ Pr[S+ = s]; "remove": S-, loss -log R-, P'-mass Pr[S- = s]): module docstring."""
-    from metadp.accounting.allocation_pld import _log_cell
-
     down = direction == "remove"
     m, s = -0.5 / z**2, 1.0 / z
     lo, hi = _ends(z, t)

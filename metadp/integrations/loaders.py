@@ -55,11 +55,10 @@ import dataclasses
 import math
 from typing import Optional
 
-from metadp.integrations.sampling_check import poisson_samplers
 from metadp.plan import Plan, plan_epsilon
 
 __all__ = ["LoaderScheme", "LoaderAccount", "read_loader", "loader_plan", "loader_table", "account_loader",
-           "loader_steps"]
+           "loader_steps", "poisson_samplers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +105,16 @@ class LoaderAccount:
     def epsilon(self) -> float:
         """The certified upper bound (the plan's epsilon)."""
         return self.report.epsilon
+
+
+def poisson_samplers() -> tuple:
+    """Opacus's Poisson batch samplers (empty where Opacus is not installed)."""
+    try:
+        from opacus.utils.uniform_sampler import (DistributedUniformWithReplacementSampler,
+                                                  UniformWithReplacementSampler)
+    except ImportError:
+        return ()
+    return (UniformWithReplacementSampler, DistributedUniformWithReplacementSampler)
 
 
 def _size(x) -> Optional[int]:

@@ -23,6 +23,8 @@ import math
 import warnings
 from typing import Optional
 
+from metadp.integrations.loaders import poisson_samplers, read_loader  # noqa: F401 - poisson_samplers re-exported
+
 __all__ = ["LoaderSampling", "PoissonAssumptionWarning", "describe_sampling", "require_poisson", "poisson_samplers"]
 
 KINDS = ("poisson", "shuffled", "sequential", "with_replacement", "weighted", "unknown")
@@ -62,8 +64,6 @@ def describe_sampling(data_loader) -> LoaderSampling:
     Raises:
         ValueError: if ``data_loader`` is not a torch DataLoader.
     """
-    from metadp.integrations.loaders import read_loader
-
     found = read_loader(data_loader)  # raises for a non-DataLoader
     n, steps = found.population, found.steps_per_epoch
     accounted = 1.0 / steps if steps else None
@@ -82,16 +82,6 @@ def describe_sampling(data_loader) -> LoaderSampling:
     b = getattr(batches, "batch_size", None)
     kind, rate, meaning = _not_poisson(found, b, accounted, getattr(batches, "sampler", None))
     return LoaderSampling(kind, found.sampler, n, b, accounted, rate, False, meaning)
-
-
-def poisson_samplers() -> tuple:
-    """Opacus's Poisson batch samplers (empty where Opacus is not installed)."""
-    try:
-        from opacus.utils.uniform_sampler import (DistributedUniformWithReplacementSampler,
-                                                  UniformWithReplacementSampler)
-    except ImportError:
-        return ()
-    return (UniformWithReplacementSampler, DistributedUniformWithReplacementSampler)
 
 
 _KIND = {"shuffle": "shuffled", "none": "sequential", "with_replacement": "with_replacement"}

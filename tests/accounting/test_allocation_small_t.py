@@ -124,6 +124,7 @@ def test_a_balls_in_bins_plan_with_two_steps_a_pass_prints_the_pld_number():
     assert plan.epsilon_lower == pytest.approx(allocation_lower(Z, 2, 1e-5, 1), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_the_log_lattice_agrees_with_the_linear_one_where_both_resolve(monkeypatch):
     # t = 8, z = 1: the linear lattice resolves; forcing the log lattice gives a bound in the same certified
     # interval, within 0.1% of the linear one (measured 2.8635 against 2.8637 at delta 1e-6)
