@@ -20,6 +20,7 @@ from metadp import __version__
 from metadp.cite import cite
 from metadp.heartbeat import Heartbeat
 from metadp.integrations._event_report import event_report
+from metadp.plan_risk import with_risk
 from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
@@ -150,6 +151,8 @@ def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
     if p.prog.endswith("plan"):
         p.add_argument("--accountant", choices=("rdp", "pld", "all"), default=None,
                        help="override the plan's accountant (pld: tight, with a lower bound; all: every one)")
+        p.add_argument("--no-risk", action="store_true",
+                       help="leave out the certified attack risk (TPR at FPR 0.1%%, 1%%, 10%%; advantage) per unit")
 
 
 def _check_sampling_flags(args) -> None:
@@ -209,6 +212,8 @@ def _cmd_plan(args) -> None:
         require_matplotlib()
     plan = load_plan(Path(args.file)) if args.file else default_plan()  # always a path, even with '='
     report = plan_epsilon(plan, accountant=args.accountant)
+    if not args.no_risk:
+        report = with_risk(report, plan)
     _emit(report, args)
     if args.plot:
         plot_plan(plan, args.plot, report=report, overwrite=args.overwrite)

@@ -19,7 +19,7 @@ from metadp.accounting.registry import accountant_class
 from metadp.citations import short_reference
 from metadp.sampling import from_record
 
-__all__ = ["Report", "build_report", "no_guarantee", "relation_label", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
+__all__ = ["Report", "build_report", "no_guarantee", "risk_text", "relation_label", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
 
 _UNIT_TEXT = {
     "record": "one record (a single training example)",
@@ -27,6 +27,13 @@ _UNIT_TEXT = {
     "group": "a group of units, protected together",
     "image": "one image a user sends (its pixel values)",
 }
+
+
+def risk_text(risk: Dict[str, Any]) -> str:
+    """'TPR <= 1.83% at FPR 0.1%, ...; advantage <= 0.383 (exact mu-GDP)': upper bounds, rounded up."""
+    pairs = ", ".join(f"{format_upper(100 * t, 3)}% at FPR {f * 100:g}%" for f, t in zip(risk["fpr"], risk["tpr"]))
+    return (f"TPR <= {pairs}; advantage <= {format_upper(risk['advantage'], 3)} (best membership test, certified; "
+            f"{risk['method']})")
 
 
 def format_upper(x: float, digits: int = 4) -> str:
@@ -88,6 +95,7 @@ class Report:
     other_units: Tuple[Dict[str, Any], ...] = ()  # the other meaningful units' bounds (metadp.units)
     group_size: Optional[int] = None
     event: Optional[str] = None  # a bare event's one-line description (then sampling, noise and steps are None)
+    risk: Optional[Dict[str, Any]] = None  # certified attack risk of the unit (metadp.plan_risk), where asked
 
     bound = "upper"
 
@@ -131,6 +139,8 @@ class Report:
                      + (f" (group of {self.group_size})" if self.group_size else "")),
             ("relation", _relation_text(self.relation, self.unit)),
         ]
+        if self.risk is not None:
+            rows.append(("attack", risk_text(self.risk)))
         if self.event is not None:
             rows.append(("event", self.event))
         else:
@@ -148,6 +158,8 @@ class Report:
             label = other.get("view") or f"{other['unit']}-level"
             rows.append((label, f"<= {format_upper(other['epsilon'])}{lower}   (same plan, "
                          f"{relation_label(other['relation'])}, {other['accountant'].upper()}; see below)"))
+            if other.get("risk") is not None:
+                rows.append(("  attack", risk_text(other["risk"])))
         if self.claim and "epsilon" in self.claim:
             rows.append(("claimed", f"epsilon = {self.claim['epsilon']:g} ({self.claim.get('source', 'no source given')})"))
         width = max(len(k) for k, _ in rows)

@@ -395,3 +395,34 @@ def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:
         if lattices:
             out[i] = max(0.0, _upper_epsilon(lattices, delta, lattices[0][0].h, tau, max_memory)[0])
     return out
+
+
+def profile_upper(items, reference: float, max_points: int, max_memory: int, floor: float = 0.0):
+    """A function eps -> certified upper bounds on delta(eps) (the larger of the two directions) for eps >= floor:
+    one composed upper lattice sum per direction, built once, read at every eps (``upper_profile`` plus what is
+    charged: valid for every eps at or above the window's floor, which is set below ``floor``). Truncations are
+    sized for deltas near ``reference``: each adds at most its share of it to every value."""
+    items = _canonical(items)
+    n = sum(c for _, c in items)
+    tau = _DELTA_SHARE * reference
+    directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
+    per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
+    width = max(_lat.window_estimate(pairs, tau) for pairs in per_direction)
+    h = _snap(max(width / 2.0**16, width / (0.95 * max_points)), per_direction)
+    sums = []
+    for pairs in per_direction:
+        lattices = [(_lat.lattice_cached(pair, h, tau / n), c) for pair, c in pairs]
+        up, charge, _ = _upper(_items(lattices, "up"), lattices, None, h, max_memory, None, tau, x=float(floor))
+        sums.append((up, charge))
+
+    def read(epsilons) -> np.ndarray:
+        eps = np.asarray(epsilons, dtype=np.float64)
+        if np.any(eps < floor):
+            raise ValueError(f"the profile is read at eps >= {floor:g}")
+        out = np.zeros(len(eps))
+        for up, charge in sums:
+            values = np.array([up.upper_profile(float(e)) for e in eps]) + charge
+            out = np.maximum(out, np.where(np.isfinite(values), values, 1.0))
+        return np.minimum(out, 1.0)
+
+    return read
