@@ -29,7 +29,6 @@ Three routes, best first:
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
