@@ -22,15 +22,16 @@ __all__ = ["with_risk", "view_risk"]
 
 def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence[float] = FPRS) -> Optional[dict]:
     """The attack risk (``AttackRisk.to_dict()``) of ``steps`` charges of ``events``, by ``accountant``'s route
-    (PLD, falling back to RDP where the PLD accountant cannot compose them); None where neither can."""
+    (PLD, falling back to RDP where the PLD accountant cannot compose them or its lattice leaves float64's range);
+    None where neither can (the report then has no attack row for the unit)."""
     for name in dict.fromkeys((accountant if accountant in ("pld", "rdp") else "pld", "rdp")):
         acc = make_accountant(name, relation)
         try:
             for event in events:
                 acc.compose(event, steps)
-        except UnsupportedEventError:
+            return attack_risk(acc, fprs).to_dict()
+        except (UnsupportedEventError, ArithmeticError, MemoryError):  # beyond this accountant's range: the next
             continue
-        return attack_risk(acc, fprs).to_dict()
     return None
 
 

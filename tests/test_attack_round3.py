@@ -66,7 +66,7 @@ def test_a_group_larger_than_the_cap_is_refused_naming_group_size(tmp_path):
 
     plan = _write(tmp_path, _plan_text('scheme = "poisson"\nrate = 0.01', unit="group",
                                        extra=f"group_size = {10**15}\n"))
-    result = metadp("plan", plan)
+    result = metadp("plan", plan, "--no-risk")
     assert result.returncode == 2 and "group_size must be at most" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and MAX_GROUP_SIZE == 10**5
 
@@ -76,7 +76,7 @@ def test_fixed_size_groups_of_ten_thousand_answer_in_seconds(tmp_path):
     plan = _write(tmp_path, _plan_text('scheme = "fixed"\nbatch_size = 100\npopulation = 1000000000', unit="group",
                                        extra="group_size = 10000\nrelation = \"substitute\"\n"))
     start = time.monotonic()
-    result = metadp("plan", plan)
+    result = metadp("plan", plan, "--no-risk")
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - start < 30
     assert "epsilon   <= " in result.stdout
@@ -116,7 +116,7 @@ def test_the_one_pass_binomial_tables_match_scipy_and_survive_tiny_rates():
 def test_one_pass_plans_at_noise_001_over_ten_million_steps_answer(tmp_path, scheme):
     plan = _write(tmp_path, _plan_text(f'scheme = "{scheme}"\npopulation = 400000\nbatch_size = 1600', unit="task",
                                        steps=10_000_000, multiplier=0.01))
-    result = metadp("plan", plan)
+    result = metadp("plan", plan, "--no-risk")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "epsilon   <= " in result.stdout
 

@@ -35,7 +35,7 @@ def _metadp(*args: str) -> subprocess.CompletedProcess:
 def plan_numbers(name: str) -> dict:
     """The epsilons ``metadp plan --json`` prints for a plan (``default``: the built-in one), run in this
     process (``tests/clirun.py``: no fresh interpreter to start)."""
-    result = clirun.metadp("plan", *([] if name == "default" else [f"examples/{name}"]), "--json")
+    result = clirun.metadp("plan", *([] if name == "default" else [f"examples/{name}"]), "--json", "--no-risk")
     assert result.returncode == 0, f"metadp plan {name} --json exited {result.returncode}: {result.stderr}"
     report = json.loads(result.stdout)
     return {"epsilon": report["epsilon"], "epsilon_lower": report.get("epsilon_lower"),
