@@ -108,13 +108,20 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
         tpr = np.minimum(gaussian_tpr(m, fprs) * _UP, 1.0)
         advantage = min(1.0, (2.0 * float(special.ndtr(m / 2.0)) - 1.0) * _UP + 1e-300)
         return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0])
-    if items is not None:
-        deltas = profile_upper(items, 1e-3 * min(fprs), accountant.max_fft_size, accountant.max_memory)
+    if items is not None:  # an overflow or invalid operation raises (as in the accountant's own bounds): the
+        # profile cannot be certified at this scale, and the caller turns to RDP (metadp.plan_risk)
+        with np.errstate(over="raise", invalid="raise"):
+            reader = profile_upper(items, 1e-3 * min(fprs), accountant.max_fft_size, accountant.max_memory)
+
+        def deltas(eps):
+            with np.errstate(over="raise", invalid="raise"):
+                return reader(eps)
         method, grid_eps = "PLD profile", _GRID
     else:  # each delta an RDP conversion: a coarser grid
         def deltas(eps):
             return np.array([min(1.0, float(accountant.get_delta(float(e)))) for e in eps])
         method, grid_eps = "RDP-implied (looser)", _GRID[::4]
-    grid = deltas(grid_eps)
+    with np.errstate(over="raise", invalid="raise"):
+        grid = deltas(grid_eps)
     tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas) for a in fprs)
     return AttackRisk(fprs, tpr, float(grid[0]), method)

@@ -91,8 +91,8 @@ def test_certified_one_pass_bounds_take_the_smaller_upper_and_say_which():
     rdp = ab.one_pass_bounds(1.0, 50, 1e-5, 2)
     assert found.upper_method == "pld" and rdp.upper_method == "rdp"
     assert rdp.lower == found.lower <= found.upper < rdp.upper
-    small = certified_one_pass_bounds(0.9, 2, 1e-5)  # not resolved by the lattice: RDP
-    assert small.upper_method == "rdp" and small.upper == ab.allocation_upper(0.9, 2, 1e-5)
+    small = certified_one_pass_bounds(0.9, 2, 1e-5)  # not resolved by the linear lattice: the log lattice's PLD
+    assert small.upper_method == "pld" and small.lower <= small.upper < ab.allocation_upper(0.9, 2, 1e-5)
 
 
 @pytest.mark.slow  # seconds each (the one-pass FFT and the PLD refinement)
