@@ -20,7 +20,9 @@ from metadp import __version__
 from metadp.cite import cite
 from metadp.heartbeat import Heartbeat
 from metadp.integrations._event_report import event_report
-from metadp.plan_risk import with_risk
+from metadp.accounting.risk import FPRS as RISK_FPRS
+from metadp.report import format_upper
+from metadp.plan_risk import calibrate_noise_for_tpr, with_risk
 from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
@@ -35,7 +37,9 @@ _EXAMPLES = {
     "epsilon": ("examples:\n  metadp epsilon --sampling poisson --rate 0.004 --noise 1 --steps 250 --delta 1e-6\n"
                 "  metadp epsilon --sampling fixed --batch 256 --population 60000 --noise 1.1 --steps 14062 --delta 1e-5"),
     "calibrate": ("examples:\n  metadp calibrate --target-epsilon 1 --delta 1e-6 --sampling poisson --rate 0.004 --steps 250\n"
-                  "  metadp calibrate --target-epsilon 2 --delta 1e-6 --sampling poisson --rate 0.004 --noise 1 --solve steps"),
+                  "  metadp calibrate --target-epsilon 2 --delta 1e-6 --sampling poisson --rate 0.004 --noise 1 --solve steps\n"
+                  "  metadp calibrate --target-tpr 0.05 --at-fpr 0.01 --delta 1e-5 --sampling poisson --rate 0.01 "
+                  "--steps 1000"),
     "cite": ("examples:\n  metadp cite\n  metadp cite examples/dp_sgd_mnist.toml --format latex\n"
              "  metadp cite examples/dp_sgd_mnist.toml --format bibtex --out refs.bib"),
 }
@@ -96,7 +100,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("calibrate", help="solve for the noise, steps or rate that meets a target epsilon",
                        epilog=_EXAMPLES["calibrate"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("--target-epsilon", type=_number("--target-epsilon", float), required=True)
+    c.add_argument("--target-epsilon", type=_number("--target-epsilon", float), help="the epsilon to meet (or "
+                   "--target-tpr)")
+    c.add_argument("--target-tpr", type=_number("--target-tpr", float),
+                   help="instead of an epsilon: the most TPR the best membership test may reach at --at-fpr "
+                        "(certified; solves the noise)")
+    c.add_argument("--at-fpr", type=_number("--at-fpr", float), help="the false-positive rate of --target-tpr")
     _plan_options(c, noise_required=False, calibrate=True)
     c.add_argument("--steps", type=_number("--steps", int), help="number of noisy steps (solved for with --solve steps)")
     c.add_argument("--solve", choices=("noise", "steps", "rate"), default="noise", help="what to solve for (default noise)")
@@ -278,6 +287,12 @@ def _cmd_epsilon(args) -> None:
 
 def _cmd_calibrate(args) -> None:
     _check_sampling_flags(args)
+    if (args.target_epsilon is None) == (args.target_tpr is None):
+        raise ValueError("give one target: --target-epsilon, or --target-tpr with --at-fpr")
+    if (args.target_tpr is None) != (args.at_fpr is None):
+        raise ValueError("--target-tpr and --at-fpr go together")
+    if args.target_tpr is not None:
+        return _calibrate_tpr(args)
     solved = {"noise": [("--noise", args.noise)], "steps": [("--steps", args.steps)],
               "rate": [("--rate", args.rate), ("--batch", args.batch)]}[args.solve]
     for flag, given in solved:
@@ -324,6 +339,40 @@ def _cmd_calibrate(args) -> None:
         print(report.headline())
         for warning in report.warnings:
             print(f"  ! {warning}")
+
+
+def _calibrate_tpr(args) -> None:
+    """``metadp calibrate --target-tpr T --at-fpr A``: the smallest noise whose certified TPR bound at A is <= T."""
+    if args.solve != "noise":
+        raise ValueError("--target-tpr solves the noise (--solve noise); steps and rate for a risk target are not "
+                         "implemented yet")
+    if args.noise is not None:
+        raise ValueError("--noise is what --target-tpr computes: leave --noise out")
+    if args.steps is None:
+        raise ValueError("--steps is required to solve for the noise")
+    bar = tqdm(desc="calibrate: solving for the noise", unit=" bounds", file=sys.stderr, leave=False,
+               mininterval=0.5, disable=None)
+
+    def progress(value, tpr):
+        bar.set_postfix_str(f"noise {value:.4g}: TPR <= {tpr:.4g}", refresh=False)
+        bar.update(1)
+
+    try:
+        solved = calibrate_noise_for_tpr(_plan_dict(args, None, args.steps), args.target_tpr, args.at_fpr, progress)
+    finally:
+        bar.close()
+    report = with_risk(plan_epsilon(solved.plan, max_seconds=math.inf), solved.plan,
+                       fprs=sorted({args.at_fpr, *RISK_FPRS}))
+    tpr = dict(zip(report.risk["fpr"], report.risk["tpr"]))[args.at_fpr]
+    if args.json:
+        print(json.dumps({"solved": "noise", "value": solved.value, "target_tpr": args.target_tpr,
+                          "at_fpr": args.at_fpr, "tpr": tpr, "report": report.to_dict()}, indent=2))
+        return
+    print(f"smallest noise multiplier meeting TPR <= {args.target_tpr:g} at FPR {args.at_fpr:g} (the best membership "
+          f"test against one {report.unit}, certified): {solved.value:.6g}")
+    print(f"  TPR <= {format_upper(tpr)} at FPR {args.at_fpr:g}; {report.headline()}")
+    for warning in report.warnings:
+        print(f"  ! {warning}")
 
 
 def _cmd_verify(args) -> int:

@@ -107,3 +107,29 @@ def test_metadp_plan_carries_each_units_risk_in_json_and_leaves_it_out_on_reques
     assert all(u.get("risk") is not None for u in d["other_units"])
     assert main(["plan", plan, "--json", "--no-risk"]) == 0
     assert json.loads(capsys.readouterr().out)["risk"] is None
+
+
+def test_calibrating_the_noise_for_a_tpr_target_is_conservative_and_tight():
+    from metadp.plan_risk import calibrate_noise_for_tpr, plan_tpr
+
+    d = {"name": "gaussian", "unit": "record", "delta": 1e-5, "steps": 16, "sampling": {"scheme": "none"},
+         "noise": {"mechanism": "gaussian", "multiplier": 1.0}}
+    solved = calibrate_noise_for_tpr(d, 0.05, 0.01)
+    exact = 4.0 / (special.ndtri(0.05) - special.ndtri(0.01))  # mu = sqrt(16) / z meets Phi(Phi^-1(a) + mu) = 0.05
+    assert exact <= solved.value <= exact * 1.002
+    assert plan_tpr(solved.plan, 0.01) <= 0.05
+    with pytest.raises(ValueError, match="guessing already has TPR = FPR"):
+        calibrate_noise_for_tpr(d, 0.01, 0.01)
+
+
+def test_metadp_calibrate_takes_one_target(capsys):
+    from metadp.cli import main
+
+    base = ["calibrate", "--delta", "1e-5", "--sampling", "none", "--steps", "16"]
+    assert main(base + ["--target-tpr", "0.05", "--at-fpr", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("smallest noise multiplier meeting TPR <= 0.05 at FPR 0.01") and "TPR <= 0.05" in out
+    assert main(base + ["--target-tpr", "0.05"]) == 2
+    assert "--target-tpr and --at-fpr go together" in capsys.readouterr().err
+    assert main(base + ["--target-tpr", "0.05", "--at-fpr", "0.01", "--target-epsilon", "1"]) == 2
+    assert "give one target" in capsys.readouterr().err
