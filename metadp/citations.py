@@ -75,6 +75,16 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "pages": "119--137",
         "year": "1979",
     },
+    "dong2022gaussian": {
+        "type": "article",
+        "title": "Gaussian Differential Privacy",
+        "author": "Dong, Jinshuo and Roth, Aaron and Su, Weijie J.",
+        "journal": "Journal of the Royal Statistical Society Series B: Statistical Methodology",
+        "volume": "84",
+        "number": "1",
+        "year": "2022",
+        "eprint": "1905.02383",
+    },
     "schuchardt2024unified": {
         "type": "inproceedings",
         "title": "Unified Mechanism-Specific Amplification by Subsampling and Group Privacy Amplification",

@@ -85,7 +85,7 @@ def cite(report: Report) -> Citation:
         raise ValueError(f"report.epsilon must be a non-negative upper bound, got {report.epsilon!r}")
     if SOFTWARE_KEY in CITATIONS:  # the registry must not shadow the software entry
         raise ValueError(f"citation key {SOFTWARE_KEY!r} is reserved for metadp itself")
-    keys = tuple(dict.fromkeys(report.citations)) + (SOFTWARE_KEY,)
+    keys = tuple(dict.fromkeys(report.citations + (("dong2022gaussian",) if report.risk else ()))) + (SOFTWARE_KEY,)
     entries = bibtex(keys[:-1])
     entries = f"{entries}\n\n{_software_entry()}" if entries else _software_entry()
     row = _row(report.unit, report.group_size, report.relation, _sampling_cell(report.sampling), report.epsilon,
@@ -233,10 +233,21 @@ def _sentence(report: Report, keys: Tuple[str, ...]) -> str:
             text += (f" For {_unit_words(other['unit'], None)} ({_RELATION[other['relation']]} neighbouring), "
                      f"the same plan satisfies {_bound(other['epsilon'], report.delta)} ({other_acc} accountant, "
                      "certified upper bound).")
+    if report.risk:
+        text += _risk_words(report.risk, report.unit)
     if report.warnings:
         caveats = "; ".join(f"({i}) {latex_escape(w.rstrip('.'))}" for i, w in enumerate(report.warnings, 1))
         text += f"\\footnote{{Caveats stated by metadp {latex_escape(__version__)} with this bound: {caveats}.}}"
     return text
+
+
+def _risk_words(risk, unit: str) -> str:
+    """'Against one record, the best membership test has a true-positive rate of at most ...' (upper bounds)."""
+    rates = ", ".join(f"${latex_upper(100 * t)}\\%$ at a false-positive rate of ${_latex_exact(100 * f)}\\%$"
+                      for f, t in zip(risk["fpr"], risk["tpr"]))
+    return (f" Against one {latex_escape(unit)}, the best membership test has a true-positive rate of at most {rates}, "
+            f"and an advantage of at most ${latex_upper(risk['advantage'])}$ (certified upper bounds, "
+            f"{latex_escape(risk['method'])}).")
 
 
 def _row(unit: str, group_size, relation: str, sampling: str, epsilon: float, delta: float,

@@ -91,6 +91,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="override the plan's accountant, as in 'metadp plan'")
     t.add_argument("--out", metavar="FILE", help="write to FILE instead of printing (an existing FILE needs --force)")
     t.add_argument("--force", action="store_true", help="overwrite an existing --out FILE")
+    t.add_argument("--no-risk", action="store_true", help="leave out the certified attack risk sentence")
 
     e = sub.add_parser("epsilon", help="certified epsilon of a sampled Gaussian plan given on the command line",
                        epilog=_EXAMPLES["epsilon"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -264,7 +265,8 @@ def _cmd_cite(args) -> None:
         if not out.parent.is_dir():
             raise ValueError(f"--out {args.out!r} cannot be written: the folder {str(out.parent)!r} does not exist")
     plan = load_plan(Path(args.file)) if args.file else default_plan()  # always a path, even with '='
-    text = cite(plan_epsilon(plan, accountant=args.accountant)).render(args.format)
+    report = plan_epsilon(plan, accountant=args.accountant)
+    text = cite(report if args.no_risk else with_risk(report, plan)).render(args.format)
     if out is None:
         print(text, end="")
         return

@@ -133,7 +133,7 @@ def cases():
         for plan in PLANS:
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
-                code = main(["cite"] + ([str(ROOT / plan)] if plan else []))
+                code = main(["cite", "--no-risk"] + ([str(ROOT / plan)] if plan else []))
             assert code == 0, plan
             out[plan] = (seen[-1], cite(seen[-1]), buffer.getvalue())
     return out
@@ -339,3 +339,14 @@ def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
     err = capsys.readouterr().err
     assert err.startswith("metadp: error:") and needle in err and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+def test_the_sentence_states_the_certified_attack_risk_and_cites_its_theorem(capsys):
+    # a Gaussian plan without sampling: the exact mu-GDP curve (Dong, Roth & Su), rounded up
+    assert main(["cite", str(ROOT / "examples" / "dp_reptile_task_global.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "Against one record, the best membership test has a true-positive rate of at most $" in out
+    assert "at a false-positive rate of $0.1\\%$" in out and "(certified upper bounds, exact mu-GDP)" in out
+    assert "@article{dong2022gaussian," in out and "dong2022gaussian" in out.split("\\cite{", 1)[1].split("}", 1)[0]
+    assert main(["cite", str(ROOT / "examples" / "dp_reptile_task_global.toml"), "--no-risk"]) == 0
+    assert "membership test" not in capsys.readouterr().out
