@@ -227,7 +227,8 @@ def _cmd_plan(args) -> None:
     _emit(report, args)
     if args.plot:
         plot_plan(plan, args.plot, report=report, overwrite=args.overwrite)
-        print(f"figure: {args.plot} (certified epsilon over steps{' and units' if report.other_units else ''})",
+        print(f"figure: {args.plot} (certified epsilon over steps{' and units' if report.other_units else ''}; the "
+              "best membership test's certified TPR over FPR)",
               file=sys.stderr)
 
 

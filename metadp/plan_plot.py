@@ -171,16 +171,50 @@ def _right_panel(ax, steps, units, delta, notes) -> None:
                  "accountant)", fontsize="medium")
 
 
-def _figure(plan, report, grid, series, units, delta, notes):
+_TRADEOFF_FPRS = tuple(np.geomspace(1e-4, 0.5, 25))  # the trade-off panel's false-positive rates
+
+
+def _tradeoff(views) -> Dict[str, Dict]:
+    """{unit: {fpr, tpr, method}}: each unit's certified upper bound on the best membership test's TPR
+    (``metadp.plan_risk.view_risk``), where one can be computed."""
+    from metadp.plan_risk import view_risk
+
+    out = {}
+    for view in views:
+        found = view_risk(view.events, view.steps, view.relation, "pld", _TRADEOFF_FPRS) if view.events else None
+        if found is not None:
+            out[view.key] = {"fpr": found["fpr"], "tpr": found["tpr"], "method": found["method"]}
+    return out
+
+
+def _tradeoff_panel(ax, curves: Dict[str, Dict]) -> None:
+    for (unit, curve), color in zip(curves.items(), ("tab:blue", "tab:red", "tab:green")):
+        ax.plot(curve["fpr"], curve["tpr"], marker=".", color=color, label=f"{unit} ({curve['method']})")
+    fpr = np.asarray(_TRADEOFF_FPRS)
+    ax.plot(fpr, fpr, color="gray", ls=":", label="random guessing (TPR = FPR)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("true-positive rate (certified upper bound)")
+    ax.set_title("best membership test against one unit\n(certified upper bound on its TPR)", fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def _figure(plan, report, grid, series, units, delta, notes, curves=None):
     Figure, FigureCanvasAgg = require_matplotlib()
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig = Figure(figsize=(12.0 if units else 6.6, 4.8))
+    panels = (2 if units else 1) + (1 if curves else 0)
+    fig = Figure(figsize=(6.0 * panels + 0.6, 4.8))
     FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(1, 2 if units else 1, i + 1) for i in range(2 if units else 1)]
+    axes = [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
     _left_panel(axes[0], plan, report, grid, series, delta, notes)
     if units:
         _right_panel(axes[1], grid, units, delta, notes)
+    if curves:
+        _tradeoff_panel(axes[-1], curves)
+        axes = axes[:-1]
     for ax in axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -222,7 +256,9 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
         A dict: ``steps`` (the training step counts), ``accountants`` ({name: epsilons} for the plan's
         unit), ``units`` ({unit: {relation, accountant, primary, releases, epsilon}}, the right panel;
         empty when the report has no other unit), ``report`` (the headline epsilon and accountant),
-        ``skipped`` ({name: why}), ``notes``, ``delta``, ``unit``, ``relation``, ``path``.
+        ``skipped`` ({name: why}), ``notes``, ``delta``, ``unit``, ``relation``, ``path``, ``tradeoff``
+        ({unit: {fpr, tpr, method}}: the last panel, each unit's certified upper bound on the best membership
+        test's TPR over FPR from 1e-4 to 0.5, beside random guessing).
 
     Raises:
         ValueError: on a bad argument, an existing ``path`` without ``overwrite``, a ``report`` of another
@@ -257,7 +293,8 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     units = _unit_series(views, report, series, releases, delta, notes) if report.other_units else {}
 
-    fig = _figure(plan, report, grid, series, units, delta, notes)
+    curves = _tradeoff(views)
+    fig = _figure(plan, report, grid, series, units, delta, notes, curves)
     fig.savefig(path, format=fmt, dpi=120)
     return {
         "path": str(path), "delta": delta, "unit": plan.unit, "relation": plan.relation,
@@ -265,7 +302,7 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
         "accountants": {k: v.tolist() for k, v in series.items()},
         "units": {u: dict(e, epsilon=np.asarray(e["epsilon"]).tolist()) for u, e in units.items()},
         "report": {"epsilon": report.epsilon, "accountant": report.accountant},
-        "skipped": skipped, "notes": notes,
+        "skipped": skipped, "notes": notes, "tradeoff": curves,
     }
 
 

@@ -97,14 +97,16 @@ def test_writes_a_png_that_matplotlib_reads_back(plotted):
     assert image.std() > 0.01  # something is drawn
 
 
-def test_two_panels_exactly_when_the_report_has_other_units(plotted):
+def test_a_units_panel_exactly_when_the_report_has_other_units_and_a_tradeoff_panel(plotted):
     plan, report, out, path = plotted
     width = matplotlib.image.imread(path).shape[1]
+    panels = (2 if report.other_units else 1) + (1 if out["tradeoff"] else 0)
+    assert abs(width - (6.0 * panels + 0.6) * 120) < 30  # 6 inches a panel at 120 dpi
     if report.other_units:
         assert set(out["units"]) == {plan.unit} | {o["unit"] for o in report.other_units}
-        assert width > 1000  # 12 inches at 120 dpi
     else:
-        assert out["units"] == {} and width < 1000
+        assert out["units"] == {}
+    assert plan.unit in out["tradeoff"] or plan.unit == "group" and "group" in out["tradeoff"]
 
 
 # -- the numbers ---------------------------------------------------------------------------------
@@ -282,3 +284,22 @@ def test_cli_plan_plot_writes_the_figure_and_refuses_to_overwrite(tmp_path, caps
     assert main(["plan", str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path)]) == 2
     assert "--overwrite" in capsys.readouterr().err and path.stat().st_mtime_ns == before
     assert main(["plan", str(ROOT / "examples/dp_sgd_mnist.toml"), "--plot", str(path), "--overwrite"]) == 0
+
+
+def test_the_last_panel_is_each_units_certified_tradeoff_beside_random_guessing(tmp_path):
+    pytest.importorskip("matplotlib")
+    from metadp.accounting.risk import gaussian_tpr
+    from metadp.plan import load_plan
+    from metadp.plan_plot import plot_plan
+
+    plan = load_plan(Path(__file__).resolve().parents[1] / "examples" / "dp_reptile_task_global.toml")
+    out = plot_plan(plan, tmp_path / "p.png")
+    curves = out["tradeoff"]
+    assert set(curves) == {"record"} and curves["record"]["method"] == "exact mu-GDP"
+    fpr, tpr = np.array(curves["record"]["fpr"]), np.array(curves["record"]["tpr"])
+    from metadp.plan_risk import view_risk
+    from metadp.units import unit_views
+
+    mu = view_risk(unit_views(plan)[0].events, plan.steps, plan.relation, "pld", (0.01,))["mu"]
+    assert np.all(tpr >= gaussian_tpr(mu, fpr)) and np.allclose(tpr, gaussian_tpr(mu, fpr), rtol=0, atol=1e-6)
+    assert np.all(np.diff(tpr) >= 0) and np.all(tpr >= fpr)  # a trade-off curve: rising, above guessing
