@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from metadp.core.validation import check_count, check_delta
+from metadp.plan_risk import view_risk
 from metadp.accounting.certify import accountant_names, certify
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
@@ -177,8 +178,6 @@ _TRADEOFF_FPRS = tuple(np.geomspace(1e-4, 0.5, 25))  # the trade-off panel's fal
 def _tradeoff(views) -> Dict[str, Dict]:
     """{unit: {fpr, tpr, method}}: each unit's certified upper bound on the best membership test's TPR
     (``metadp.plan_risk.view_risk``), where one can be computed."""
-    from metadp.plan_risk import view_risk
-
     out = {}
     for view in views:
         found = view_risk(view.events, view.steps, view.relation, "pld", _TRADEOFF_FPRS) if view.events else None

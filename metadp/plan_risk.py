@@ -15,6 +15,7 @@ from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.registry import make_accountant
 from metadp.accounting.risk import FPRS, attack_risk
 from metadp.core import events as ev
+from metadp.plan_solve import Solved, _with
 from metadp.units import unit_views
 
 __all__ = ["with_risk", "view_risk", "plan_tpr", "calibrate_noise_for_tpr"]
@@ -68,8 +69,6 @@ def calibrate_noise_for_tpr(plan_dict, target_tpr: float, at_fpr: float, progres
         ValueError: ``target_tpr`` not in (at_fpr, 1) (no test does worse than guessing, TPR = FPR), or
             ``at_fpr`` not in (0, 1); or no noise up to 1e6 meets the target.
     """
-    from metadp.plan_solve import Solved, _with
-
     if not 0.0 < at_fpr < 1.0:
         raise ValueError(f"--at-fpr must be in (0, 1), got {at_fpr:g}")
     if not at_fpr < target_tpr < 1.0:

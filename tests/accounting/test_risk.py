@@ -81,6 +81,7 @@ def test_bad_fprs_are_refused():
         attack_risk(PldAccountant(), (0.0, 0.1))
 
 
+@pytest.mark.slow  # 7 s: riskcal's own PLD of 1,000 steps
 def test_poisson_dp_sgd_agrees_with_riskcal():
     pytest.importorskip("riskcal")
     from dp_accounting.pld import privacy_loss_distribution as pld_module
