@@ -233,7 +233,7 @@ def _figure(plan, report, grid, series, units, delta, notes, curves=None):
 
 def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = None, points: int = 40,
               accountants: Sequence[str] = ("rdp", "pld"), overwrite: bool = False,
-              report: Optional[Report] = None) -> Dict:
+              report: Optional[Report] = None, tradeoff: bool = True) -> Dict:
     """Draw the certified epsilon of ``plan`` over training steps and save it to ``path``.
 
     Each point is a certified upper bound on epsilon at ``delta`` for the unit and neighbouring relation
@@ -250,6 +250,7 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
         overwrite: replace an existing file at ``path``.
         report: ``plan_epsilon(plan)`` at ``delta`` if the caller has it (``metadp plan --plot``), so it
             is not computed twice; its headline is marked and its accountant per unit is drawn.
+        tradeoff: draw the last panel (each unit's certified trade-off; about 0.5 s a unit).
 
     Returns:
         A dict: ``steps`` (the training step counts), ``accountants`` ({name: epsilons} for the plan's
@@ -292,7 +293,7 @@ def plot_plan(plan: Plan, path: Union[str, Path], *, delta: Optional[float] = No
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     units = _unit_series(views, report, series, releases, delta, notes) if report.other_units else {}
 
-    curves = _tradeoff(views)
+    curves = _tradeoff(views) if tradeoff else {}
     fig = _figure(plan, report, grid, series, units, delta, notes, curves)
     fig.savefig(path, format=fmt, dpi=120)
     return {

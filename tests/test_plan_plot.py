@@ -54,7 +54,8 @@ def _plotted(key, tmp_path_factory):
         plan = PLANS[key]()
         path = tmp_path_factory.mktemp("plots") / f"{key}.png"
         report = plan_epsilon(plan)
-        out = plot_plan(plan, path, report=report if key == "default" else None)  # both ways
+        # both ways; the trade-off panel on the default plan's two units (its own test covers one unit's curve)
+        out = plot_plan(plan, path, report=report if key == "default" else None, tradeoff=key == "default")
         _CACHE[key] = (plan, report, out, path)
     return _CACHE[key]
 
