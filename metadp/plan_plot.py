@@ -182,13 +182,15 @@ def _tradeoff(views) -> Dict[str, Dict]:
     for view in views:
         found = view_risk(view.events, view.steps, view.relation, "pld", _TRADEOFF_FPRS) if view.events else None
         if found is not None:
-            out[view.key] = {"fpr": found["fpr"], "tpr": found["tpr"], "method": found["method"]}
+            out[view.key] = {"fpr": found["fpr"], "tpr": found["tpr"], "method": found["method"],
+                             "relation": view.relation}
     return out
 
 
 def _tradeoff_panel(ax, curves: Dict[str, Dict]) -> None:
     for (unit, curve), color in zip(curves.items(), ("tab:blue", "tab:red", "tab:green")):
-        ax.plot(curve["fpr"], curve["tpr"], marker=".", color=color, label=f"{unit} ({curve['method']})")
+        ax.plot(curve["fpr"], curve["tpr"], marker=".", color=color,
+                label=f"{unit} ({_RELATION[curve['relation']]}, {curve['method']})")
     fpr = np.asarray(_TRADEOFF_FPRS)
     ax.plot(fpr, fpr, color="gray", ls=":", label="random guessing (TPR = FPR)")
     ax.set_xscale("log")

@@ -103,36 +103,37 @@ def _(event: ev.Laplace, relation):
     return [(_cached_pairs("laplace", _check_noise(event, event.scale / _factor(relation), "Laplace scale")), 1)]
 
 
+def _sampled_noise(event, relation: str, wanted: str, why: str, empty: bool):
+    """The inner Gaussian's multiplier of a sampled step analysed under ``wanted`` only (else refused, ``why``);
+    None where the step releases nothing (``empty``: nobody sampled, or no noise bound at all: infinite noise)."""
+    if relation != wanted:
+        raise _pld_unsupported(event, why)
+    z = effective_noise_multiplier(event.inner, "PLD")
+    return None if empty or math.isinf(z) else z
+
+
 @event_pairs.register
 def _(event: ev.PoissonSampled, relation):
-    if relation != "add_remove":
-        raise _pld_unsupported(event, "Poisson sampling is analysed under the add_remove relation")
-    z = effective_noise_multiplier(event.inner, "PLD")
-    if event.rate == 0.0 or math.isinf(z):
-        return []
-    return [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
+    z = _sampled_noise(event, relation, "add_remove", "Poisson sampling is analysed under the add_remove relation",
+                       event.rate == 0.0)
+    return [] if z is None else [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
 
 
 @event_pairs.register
 def _(event: ev.FixedSizeSampled, relation):
     # the symmetric pair of metadp.mechanisms.wor (Balle, Barthe & Gaboardi 2018, Thm 9, both orderings)
-    if relation != "substitute":
-        raise _pld_unsupported(event, "fixed-size sampling is only analysed under the substitute relation "
-                                      "(Balle, Barthe & Gaboardi 2018); set relation = 'substitute'")
-    z = effective_noise_multiplier(event.inner, "PLD")
-    if event.batch == 0 or math.isinf(z):
-        return []
-    return [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)), 1)]
+    z = _sampled_noise(event, relation, "substitute", "fixed-size sampling is only analysed under the substitute "
+                       "relation (Balle, Barthe & Gaboardi 2018); set relation = 'substitute'", event.batch == 0)
+    return [] if z is None else [(_cached_pairs("wor", event.rate, _check_noise(event, z / event.sensitivity_factor)),
+                                  1)]
 
 
 @event_pairs.register
 def _(event: ev.ReplacementSampled, relation):
     # the binomial mixture of metadp.mechanisms.replacement: each copy moves the sum by up to 2C, attained
-    if relation != "add_remove":
-        raise _pld_unsupported(event, "sampling with replacement is analysed under the add_remove relation (a copy "
-                                      "of the unit replaces another unit's draw)")
-    z = effective_noise_multiplier(event.inner, "PLD")
-    if event.draws == 0 or math.isinf(z):
+    z = _sampled_noise(event, relation, "add_remove", "sampling with replacement is analysed under the add_remove "
+                       "relation (a copy of the unit replaces another unit's draw)", event.draws == 0)
+    if z is None:
         return []
     if event.draws > _MAX_DRAWS:
         raise _pld_unsupported(event, f"the binomial mixture holds a component for each of 0..{event.draws:,} copies "

@@ -63,7 +63,8 @@ class AttackRisk:
     mu: Optional[float] = None
 
     def to_dict(self) -> dict:
-        return {"fpr": list(self.fpr), "tpr": list(self.tpr), "advantage": self.advantage, "method": self.method,
+        return {"bound": "upper", "of": "the best membership test's TPR at each FPR, and its advantage",
+                "fpr": list(self.fpr), "tpr": list(self.tpr), "advantage": self.advantage, "method": self.method,
                 "mu": self.mu}
 
 
@@ -89,7 +90,7 @@ def tpr_from_profile(fpr: float, epsilons: np.ndarray, deltas: np.ndarray,
         lo, hi = eps[max(i - 1, 0)], eps[min(i + 1, len(eps) - 1)]
         fine = np.linspace(lo, hi, 41)
         value = min(value, best(fine, refine(fine))[0])
-    return min(1.0, max(value, fpr))
+    return min(1.0, max(value * _UP, fpr))  # the float arithmetic of e^eps fpr + delta, rounded upward
 
 
 def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
@@ -124,4 +125,4 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
     with np.errstate(over="raise", invalid="raise"):
         grid = deltas(grid_eps)
     tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas) for a in fprs)
-    return AttackRisk(fprs, tpr, float(grid[0]), method)
+    return AttackRisk(fprs, tpr, min(1.0, float(grid[0]) * _UP), method)

@@ -103,7 +103,7 @@ def test_metadp_plan_carries_each_units_risk_in_json_and_leaves_it_out_on_reques
     plan = "examples/dp_reptile_group.toml"  # a Gaussian plan without sampling: exact mu-GDP
     assert main(["plan", plan, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["risk"]["method"] == "exact mu-GDP" and d["risk"]["fpr"] == list(FPRS)
+    assert d["risk"]["method"] == "exact mu-GDP" and d["risk"]["fpr"] == list(FPRS) and d["risk"]["bound"] == "upper"
     assert np.allclose(d["risk"]["tpr"], gaussian_tpr(d["risk"]["mu"], FPRS), rtol=0, atol=1e-6)
     assert all(u.get("risk") is not None for u in d["other_units"])
     assert main(["plan", plan, "--json", "--no-risk"]) == 0
