@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from importlib import metadata
 from typing import Any, Dict, Tuple
 
@@ -89,7 +89,7 @@ def cite(report: Report) -> Citation:
     entries = bibtex(keys[:-1])
     entries = f"{entries}\n\n{_software_entry()}" if entries else _software_entry()
     row = _row(report.unit, report.group_size, report.relation, _sampling_cell(report.sampling), report.epsilon,
-               report.delta, report.accountant)
+               report.delta, report.accountant, _risk_cells(report.risk, report.risk["fpr"]) if report.risk else ())
     return Citation(keys=keys, bibtex=entries, sentence=_sentence(report, keys), table_row=row,
                     table=_table(report, row))
 
@@ -107,13 +107,24 @@ def latex_upper(x: float, digits: int = 4) -> str:
     """
     if math.isnan(x):
         raise ValueError("cannot print NaN as an upper bound")
+    return _latex_directed(x, digits, ROUND_CEILING)
+
+
+def latex_lower(x: float, digits: int = 4) -> str:
+    """``x`` rounded down to ``digits`` significant digits, as LaTeX math (no ``$``); never above ``x``."""
+    if math.isnan(x):
+        raise ValueError("cannot print NaN as a lower bound")
+    return _latex_directed(x, digits, ROUND_FLOOR)
+
+
+def _latex_directed(x: float, digits: int, rounding: str) -> str:
     if math.isinf(x):
-        return r"\infty"
+        return r"\infty" if x > 0 else r"-\infty"
     if x == 0:
         return "0"
     exact = Decimal(x)
     exponent = exact.adjusted()
-    rounded = exact.quantize(Decimal(1).scaleb(exponent - digits + 1), rounding=ROUND_CEILING)
+    rounded = exact.quantize(Decimal(1).scaleb(exponent - digits + 1), rounding=rounding)
     if -4 <= exponent < 6:
         return _group_digits(format(rounded, "f"))
     mantissa, power = f"{rounded:E}".split("E")
@@ -242,30 +253,47 @@ def _sentence(report: Report, keys: Tuple[str, ...]) -> str:
 
 
 def _risk_words(risk, unit: str) -> str:
-    """'Against one record, the best membership test has a true-positive rate of at most ...' (upper bounds)."""
+    """'Against one record, the best membership test has a true-positive rate of at most ...' (upper bounds), and
+    where the report has them, the lower ends named datasets attain."""
     rates = ", ".join(f"${latex_upper(100 * t)}\\%$ at a false-positive rate of ${_latex_exact(100 * f)}\\%$"
                       for f, t in zip(risk["fpr"], risk["tpr"]))
-    return (f" Against one {latex_escape(unit)}, the best membership test has a true-positive rate of at most {rates}, "
+    text = (f" Against one {latex_escape(unit)}, the best membership test has a true-positive rate of at most {rates}, "
             f"and an advantage of at most ${latex_upper(risk['advantage'])}$ (certified upper bounds, "
-            f"{latex_escape(risk['method'])}).")
+            f"{latex_escape(risk['method'])})")
+    if risk.get("tpr_lower") is None:
+        return text + "."
+    lows = ", ".join(f"${latex_lower(100 * t)}\\%$" for t in risk["tpr_lower"])
+    return (text + f"; against named neighbouring data sets it reaches at least {lows} at the same false-positive "
+            f"rates, and an advantage of at least ${latex_lower(risk['advantage_lower'])}$ (certified lower bounds).")
+
+
+def _risk_cells(risk, fprs) -> list:
+    """The table's TPR cells (upper bounds) at ``fprs``; '--' where the unit has no risk figures."""
+    if risk is None or tuple(risk["fpr"]) != tuple(fprs):
+        return ["--"] * len(fprs)
+    return [f"$\\le {latex_upper(100 * t)}\\%$" for t in risk["tpr"]]
 
 
 def _row(unit: str, group_size, relation: str, sampling: str, epsilon: float, delta: float,
-         accountant: str) -> str:
+         accountant: str, risk_cells=()) -> str:
     unit_cell = f"group of {group_size}" if unit == "group" and group_size else latex_escape(unit)
     cells = [unit_cell, _RELATION[relation], sampling, f"$\\le {latex_upper(epsilon)}$",
-             f"${_latex_exact(delta)}$", _ACCOUNTANT.get(accountant, latex_escape(accountant))]
+             f"${_latex_exact(delta)}$", *risk_cells, _ACCOUNTANT.get(accountant, latex_escape(accountant))]
     return " & ".join(cells) + " \\\\"
 
 
 def _table(report: Report, row: str) -> str:
-    rows = [row] + [_row(o["unit"], None, o["relation"], "same plan", o["epsilon"], report.delta, o["accountant"])
+    """The LaTeX table: a row per unit; with the report's risk, a column of TPR upper bounds per FPR."""
+    fprs = tuple(report.risk["fpr"]) if report.risk else ()
+    rows = [row] + [_row(o["unit"], None, o["relation"], "same plan", o["epsilon"], report.delta, o["accountant"],
+                         _risk_cells(o.get("risk"), fprs) if fprs else ())
                     for o in report.other_units]
+    heads = "".join(f" & TPR at {_latex_exact(100 * f)}\\% FPR" for f in fprs)
     return "\n".join([
         f"% metadp {__version__}: {' '.join(report.name.split())}",
-        "\\begin{tabular}{llllll}",
+        f"\\begin{{tabular}}{{{'l' * (6 + len(fprs))}}}",
         "\\hline",
-        "Unit & Relation & Sampling & $\\varepsilon$ & $\\delta$ & Accountant \\\\",
+        f"Unit & Relation & Sampling & $\\varepsilon$ & $\\delta${heads} & Accountant \\\\",
         "\\hline",
         *rows,
         "\\hline",

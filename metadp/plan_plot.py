@@ -183,7 +183,7 @@ def _tradeoff(views) -> Dict[str, Dict]:
         found = view_risk(view.events, view.steps, view.relation, "pld", _TRADEOFF_FPRS) if view.events else None
         if found is not None:
             out[view.key] = {"fpr": found["fpr"], "tpr": found["tpr"], "method": found["method"],
-                             "relation": view.relation}
+                             "relation": view.relation, "tpr_lower": found.get("tpr_lower")}
     return out
 
 
@@ -191,13 +191,16 @@ def _tradeoff_panel(ax, curves: Dict[str, Dict]) -> None:
     for (unit, curve), color in zip(curves.items(), ("tab:blue", "tab:red", "tab:green")):
         ax.plot(curve["fpr"], curve["tpr"], marker=".", color=color,
                 label=f"{unit} ({_RELATION[curve['relation']]}, {curve['method']})")
+        if curve.get("tpr_lower") is not None:  # the bracket's lower end: a test on named datasets does this well
+            ax.plot(curve["fpr"], curve["tpr_lower"], color=color, ls="--", lw=1.0, label=f"{unit}: certified lower end")
     fpr = np.asarray(_TRADEOFF_FPRS)
     ax.plot(fpr, fpr, color="gray", ls=":", label="random guessing (TPR = FPR)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("false-positive rate")
-    ax.set_ylabel("true-positive rate (certified upper bound)")
-    ax.set_title("best membership test against one unit\n(certified upper bound on its TPR)", fontsize="medium")
+    ax.set_ylabel("true-positive rate (certified bracket)")
+    ax.set_title("best membership test against one unit\n(certified bracket on its TPR: upper solid, lower dashed)",
+                 fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
 

@@ -30,10 +30,17 @@ _UNIT_TEXT = {
 
 
 def risk_text(risk: Dict[str, Any]) -> str:
-    """'TPR <= 1.83% at FPR 0.1%, ...; advantage <= 0.383 (exact mu-GDP)': upper bounds, rounded up."""
-    pairs = ", ".join(f"{format_upper(100 * t, 3)}% at FPR {f * 100:g}%" for f, t in zip(risk["fpr"], risk["tpr"]))
-    return (f"TPR <= {pairs}; advantage <= {format_upper(risk['advantage'], 3)} (best membership test, certified; "
-            f"{risk['method']})")
+    """'TPR in [1.82%, 1.83%] at FPR 0.1%, ...; advantage in [0.382, 0.383] (exact mu-GDP)': the certified bracket,
+    each end rounded outward; 'TPR <= ...' where there is no lower end (``AttackRisk``)."""
+    lower = risk.get("tpr_lower")
+    if lower is None:
+        pairs = ", ".join(f"{format_upper(100 * t, 3)}% at FPR {f * 100:g}%" for f, t in zip(risk["fpr"], risk["tpr"]))
+        return (f"TPR <= {pairs}; advantage <= {format_upper(risk['advantage'], 3)} (best membership test, certified; "
+                f"{risk['method']})")
+    pairs = ", ".join(f"[{format_lower(100 * lo, 3)}%, {format_upper(100 * t, 3)}%] at FPR {f * 100:g}%"
+                      for f, lo, t in zip(risk["fpr"], lower, risk["tpr"]))
+    return (f"TPR in {pairs}; advantage in [{format_lower(risk['advantage_lower'], 3)}, "
+            f"{format_upper(risk['advantage'], 3)}] (best membership test, certified; {risk['method']})")
 
 
 def format_upper(x: float, digits: int = 4) -> str:

@@ -305,3 +305,5 @@ def test_the_last_panel_is_each_units_certified_tradeoff_beside_random_guessing(
     mu = view_risk(unit_views(plan)[0].events, plan.steps, plan.relation, "pld", (0.01,))["mu"]
     assert np.all(tpr >= gaussian_tpr(mu, fpr)) and np.allclose(tpr, gaussian_tpr(mu, fpr), rtol=0, atol=1e-6)
     assert np.all(np.diff(tpr) >= 0) and np.all(tpr >= fpr)  # a trade-off curve: rising, above guessing
+    lower = np.array(curves["record"]["tpr_lower"])  # the bracket's other end, drawn dashed
+    assert np.all(lower <= gaussian_tpr(mu, fpr)) and np.allclose(lower, gaussian_tpr(mu, fpr), rtol=0, atol=1e-6)

@@ -13,6 +13,12 @@ envelope of the (eps, delta(eps)) lines). So any certified upper bound on delta(
 certified upper bound on the TPR at every FPR; the finer the set, the closer to the pair's own curve. The
 advantage max(TPR - FPR) is the total variation distance, delta(0).
 
+Lower ends: the best attack does at least as well as any one test against named neighbouring datasets, so a
+certified lower bound on some test's TPR at FPR alpha (and on its advantage) bounds the best attack from below:
+the exact route's mu at its lower rounding bound, and the PLD accountant's lower lattice, read as tests
+(``_pld_tpr``: events of the composed output whose P-mass is bounded below and Q-mass above). Together with the
+upper end this is a certified bracket on the best attack's TPR. The RDP route has no lower end.
+
 Three routes, best first:
 
 * **exact mu-GDP**: a composition of plain Gaussian releases (no sampling) is mu-GDP with mu^2 = sum of the
@@ -36,17 +42,20 @@ from scipy import special
 
 from metadp.accounting._pld_bounds import profile_upper
 from metadp.accounting._pld_gaussian import gaussian_mu
+from metadp.accounting._pld_tpr import tpr_lower
+from metadp.accounting.pld import _attained
 
 __all__ = ["FPRS", "AttackRisk", "tpr_from_profile", "attack_risk", "gaussian_tpr"]
 
 FPRS = (1e-3, 1e-2, 1e-1)  # the false-positive rates reports print (jax_privacy's docs ask for the low ones)
 _UP = 1.0 + 1e-12  # the relative margin on the closed forms (special functions to a few ulps)
+_DOWN = 1.0 - 1e-12
 _GRID = np.unique(np.concatenate([np.linspace(0.0, 2.0, 81), np.geomspace(2.0, 2000.0, 200)]))
 
 
 @dataclasses.dataclass(frozen=True)
 class AttackRisk:
-    """Certified upper bounds on the best membership attack against one unit.
+    """Certified bounds on the best membership attack against one unit.
 
     Attributes:
         fpr: the false-positive rates.
@@ -54,6 +63,10 @@ class AttackRisk:
         advantage: an upper bound on max over tests of TPR - FPR (the total variation distance).
         method: "exact mu-GDP", "PLD profile", "RDP-implied (looser)" or "not private".
         mu: the mu of mu-GDP where the route is exact, else None.
+        tpr_lower: at each FPR, a lower bound on the TPR of the best test against named neighbouring datasets
+            (the best attack does at least this well), or None where the route gives none (RDP; a pair that no
+            one pair of datasets attains).
+        advantage_lower: the same for the advantage, or None.
     """
 
     fpr: Tuple[float, ...]
@@ -61,11 +74,15 @@ class AttackRisk:
     advantage: float
     method: str
     mu: Optional[float] = None
+    tpr_lower: Optional[Tuple[float, ...]] = None
+    advantage_lower: Optional[float] = None
 
     def to_dict(self) -> dict:
         return {"bound": "upper", "of": "the best membership test's TPR at each FPR, and its advantage",
                 "fpr": list(self.fpr), "tpr": list(self.tpr), "advantage": self.advantage, "method": self.method,
-                "mu": self.mu}
+                "mu": self.mu, "tpr_lower": None if self.tpr_lower is None else list(self.tpr_lower),
+                "advantage_lower": self.advantage_lower,
+                "lower_of": "the best test against named neighbouring datasets (the attack does at least this well)"}
 
 
 def gaussian_tpr(mu: float, fpr) -> np.ndarray:
@@ -105,10 +122,13 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
         return AttackRisk(fprs, fprs, 0.0, "exact mu-GDP", 0.0)
     mu = gaussian_mu(items) if items is not None else None
     if mu is not None:
-        m = mu[0] * (1.0 + mu[1])
+        m, low = mu[0] * (1.0 + mu[1]), mu[0] * (1.0 - mu[1])
         tpr = np.minimum(gaussian_tpr(m, fprs) * _UP, 1.0)
+        lower = np.maximum(gaussian_tpr(low, fprs) * _DOWN, fprs)
         advantage = min(1.0, (2.0 * float(special.ndtr(m / 2.0)) - 1.0) * _UP + 1e-300)
-        return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0])
+        advantage_lower = max(0.0, (2.0 * float(special.ndtr(low / 2.0)) - 1.0) * _DOWN)
+        return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0],
+                          tuple(float(t) for t in lower), advantage_lower)
     if items is not None:  # an overflow or invalid operation raises (as in the accountant's own bounds): the
         # profile cannot be certified at this scale, and the caller turns to RDP (metadp.plan_risk)
         with np.errstate(over="raise", invalid="raise"):
@@ -125,4 +145,29 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
     with np.errstate(over="raise", invalid="raise"):
         grid = deltas(grid_eps)
     tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas) for a in fprs)
-    return AttackRisk(fprs, tpr, min(1.0, float(grid[0]) * _UP), method)
+    advantage = min(1.0, float(grid[0]) * _UP)
+    if items is None:
+        return AttackRisk(fprs, tpr, advantage, method)
+    lower = _lower(items, fprs, accountant)
+    if lower is None:
+        return AttackRisk(fprs, tpr, advantage, method)
+    # the two ends come from different lattices; each is certified, so the lower can only exceed the upper by
+    # the float rounding of both: clamp to it
+    return AttackRisk(fprs, tpr, advantage, method, None, tuple(min(lo, up) for lo, up in zip(lower[0], tpr)),
+                      min(lower[1], advantage))
+
+
+def _lower(items, fprs, accountant):
+    """(TPR lower bounds, advantage lower bound) from the PLD lower lattice, on the pairs named datasets attain
+    (``_pld_tpr``), or None where no one pair of datasets attains the composition."""
+    named = [_attained(pairs) for pairs, _ in items]
+    if len({a.datasets for a in named if a is not None}) > 1:
+        return None
+    lower_items = [(pairs if a is None else a.pairs, c) for a, (pairs, c) in zip(named, items)]
+    slack = sum(c * a.slack for a, (_, c) in zip(named, items) if a is not None)
+    try:  # as the upper end: an overflow or invalid operation is no certificate (then no lower end, said as None)
+        with np.errstate(over="raise", invalid="raise"):
+            return tpr_lower(lower_items, fprs, 1e-3 * min(fprs), accountant.max_fft_size, accountant.max_memory,
+                             slack)
+    except (ArithmeticError, MemoryError):
+        return None
