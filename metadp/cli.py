@@ -22,7 +22,7 @@ from metadp.heartbeat import Heartbeat
 from metadp.integrations._event_report import event_report
 from metadp.accounting.risk import FPRS as RISK_FPRS
 from metadp.report import format_upper
-from metadp.plan_risk import calibrate_noise_for_tpr, with_risk
+from metadp.plan_risk import calibrate_for_tpr, with_risk
 from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
@@ -99,13 +99,13 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--steps", type=_number("--steps", int), required=True, help="number of noisy steps")
     _output_options(e)
 
-    c = sub.add_parser("calibrate", help="solve for the noise, steps or rate that meets a target epsilon",
+    c = sub.add_parser("calibrate", help="solve for the noise, steps or rate that meets a target epsilon or attack TPR",
                        epilog=_EXAMPLES["calibrate"], formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--target-epsilon", type=_number("--target-epsilon", float), help="the epsilon to meet (or "
                    "--target-tpr)")
     c.add_argument("--target-tpr", type=_number("--target-tpr", float),
                    help="instead of an epsilon: the most TPR the best membership test may reach at --at-fpr "
-                        "(certified; solves the noise)")
+                        "(certified; solves what --solve names)")
     c.add_argument("--at-fpr", type=_number("--at-fpr", float), help="the false-positive rate of --target-tpr")
     _plan_options(c, noise_required=False, calibrate=True)
     c.add_argument("--steps", type=_number("--steps", int), help="number of noisy steps (solved for with --solve steps)")
@@ -288,14 +288,25 @@ def _cmd_epsilon(args) -> None:
     _emit(plan_epsilon(plan, accountant=args.accountant), args)
 
 
-def _cmd_calibrate(args) -> None:
-    _check_sampling_flags(args)
-    if (args.target_epsilon is None) == (args.target_tpr is None):
-        raise ValueError("give one target: --target-epsilon, or --target-tpr with --at-fpr")
-    if (args.target_tpr is None) != (args.at_fpr is None):
-        raise ValueError("--target-tpr and --at-fpr go together")
-    if args.target_tpr is not None:
-        return _calibrate_tpr(args)
+_DIRECTION = {"noise": "smallest noise multiplier", "steps": "largest number of steps", "rate": "largest sampling rate"}
+_SHOWN = {"steps": "{:,.0f} steps", "noise": "noise {:.4g}", "rate": "rate {:.4g}"}
+
+
+def _solve_bar(solve: str, measure: str):
+    """(progress bar, progress callback) of a calibration: each evaluation certifies a bound (up to a few seconds
+    each at extreme values), so the bar shows from the first one."""
+    bar = tqdm(desc=f"calibrate: solving for {solve}", unit=" bounds", file=sys.stderr, leave=False,
+               mininterval=0.5, disable=None)
+
+    def progress(value, found):
+        bar.set_postfix_str(f"{_SHOWN[solve].format(value)}: {measure} <= {found:.4g}", refresh=False)
+        bar.update(1)
+
+    return bar, progress
+
+
+def _check_solved_flags(args) -> None:
+    """Refuses a flag that ``--solve`` computes, and the flags a solve needs but lacks."""
     solved = {"noise": [("--noise", args.noise)], "steps": [("--steps", args.steps)],
               "rate": [("--rate", args.rate), ("--batch", args.batch)]}[args.solve]
     for flag, given in solved:
@@ -311,15 +322,18 @@ def _cmd_calibrate(args) -> None:
             raise ValueError("--solve rate needs --sampling poisson")
         if args.noise is None or args.steps is None:
             raise ValueError("--noise and --steps are required to solve for the rate")
-    # each evaluation certifies a bound (up to a few seconds each at extreme values): shown from the first one
-    bar = tqdm(desc=f"calibrate: solving for {args.solve}", unit=" bounds", file=sys.stderr, leave=False,
-               mininterval=0.5, disable=None)
-    shown = {"steps": "{:,.0f} steps", "noise": "noise {:.4g}", "rate": "rate {:.4g}"}[args.solve]
 
-    def progress(value, epsilon):
-        bar.set_postfix_str(f"{shown.format(value)}: epsilon <= {epsilon:.4g}", refresh=False)
-        bar.update(1)
 
+def _cmd_calibrate(args) -> None:
+    _check_sampling_flags(args)
+    if (args.target_epsilon is None) == (args.target_tpr is None):
+        raise ValueError("give one target: --target-epsilon, or --target-tpr with --at-fpr")
+    if (args.target_tpr is None) != (args.at_fpr is None):
+        raise ValueError("--target-tpr and --at-fpr go together")
+    if args.target_tpr is not None:
+        return _calibrate_tpr(args)
+    _check_solved_flags(args)
+    bar, progress = _solve_bar(args.solve, "epsilon")
     try:
         solved = calibrate_plan(_plan_dict(args, args.noise, args.steps), args.solve, args.target_epsilon,
                                 progress=progress)
@@ -336,42 +350,33 @@ def _cmd_calibrate(args) -> None:
         print(json.dumps({"solved": args.solve, "value": value, "target_epsilon": args.target_epsilon,
                           "report": report.to_dict()}, indent=2))
     else:
-        direction = {"noise": "smallest noise multiplier", "steps": "largest number of steps",
-                     "rate": "largest sampling rate"}[args.solve]
-        print(f"{direction} meeting epsilon <= {args.target_epsilon:g} at delta = {report.delta:g}: {value:.6g}")
+        print(f"{_DIRECTION[args.solve]} meeting epsilon <= {args.target_epsilon:g} at delta = {report.delta:g}: "
+              f"{value:.6g}")
         print(report.headline())
         for warning in report.warnings:
             print(f"  ! {warning}")
 
 
 def _calibrate_tpr(args) -> None:
-    """``metadp calibrate --target-tpr T --at-fpr A``: the smallest noise whose certified TPR bound at A is <= T."""
-    if args.solve != "noise":
-        raise ValueError("--target-tpr solves the noise (--solve noise); steps and rate for a risk target are not "
-                         "implemented yet")
-    if args.noise is not None:
-        raise ValueError("--noise is what --target-tpr computes: leave --noise out")
-    if args.steps is None:
-        raise ValueError("--steps is required to solve for the noise")
-    bar = tqdm(desc="calibrate: solving for the noise", unit=" bounds", file=sys.stderr, leave=False,
-               mininterval=0.5, disable=None)
-
-    def progress(value, tpr):
-        bar.set_postfix_str(f"noise {value:.4g}: TPR <= {tpr:.4g}", refresh=False)
-        bar.update(1)
-
+    """``metadp calibrate --target-tpr T --at-fpr A``: the smallest noise, the most steps or the largest rate
+    (``--solve``) whose certified TPR bound at A is <= T."""
+    _check_solved_flags(args)
+    bar, progress = _solve_bar(args.solve, "TPR")
     try:
-        solved = calibrate_noise_for_tpr(_plan_dict(args, None, args.steps), args.target_tpr, args.at_fpr, progress)
+        solved = calibrate_for_tpr(_plan_dict(args, args.noise, args.steps), args.solve, args.target_tpr,
+                                   args.at_fpr, progress)
+    except Unreachable as err:
+        raise ValueError(f"--target-tpr: {err}") from None
     finally:
         bar.close()
     report = with_risk(plan_epsilon(solved.plan, max_seconds=math.inf), solved.plan,
                        fprs=sorted({args.at_fpr, *RISK_FPRS}))
     tpr = dict(zip(report.risk["fpr"], report.risk["tpr"]))[args.at_fpr]
     if args.json:
-        print(json.dumps({"solved": "noise", "value": solved.value, "target_tpr": args.target_tpr,
+        print(json.dumps({"solved": args.solve, "value": solved.value, "target_tpr": args.target_tpr,
                           "at_fpr": args.at_fpr, "tpr": tpr, "report": report.to_dict()}, indent=2))
         return
-    print(f"smallest noise multiplier meeting TPR <= {args.target_tpr:g} at FPR {args.at_fpr:g} (the best membership "
+    print(f"{_DIRECTION[args.solve]} meeting TPR <= {args.target_tpr:g} at FPR {args.at_fpr:g} (the best membership "
           f"test against one {report.unit}, certified): {solved.value:.6g}")
     print(f"  TPR <= {format_upper(tpr)} at FPR {args.at_fpr:g}; {report.headline()}")
     for warning in report.warnings:

@@ -15,13 +15,14 @@ from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.registry import make_accountant
 from metadp.accounting.risk import FPRS, attack_risk
 from metadp.core import events as ev
-from metadp.plan_solve import Solved, _with
+from metadp.plan_solve import Solved, Unreachable, _with
 from metadp.units import unit_views
 
-__all__ = ["with_risk", "view_risk", "plan_tpr", "calibrate_noise_for_tpr"]
+__all__ = ["with_risk", "view_risk", "plan_tpr", "calibrate_for_tpr"]
 
 
-def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence[float] = FPRS) -> Optional[dict]:
+def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence[float] = FPRS,
+              lower: bool = True) -> Optional[dict]:
     """The attack risk (``AttackRisk.to_dict()``) of ``steps`` charges of ``events``, by ``accountant``'s route
     (PLD, falling back to RDP where the PLD accountant cannot compose them or its lattice leaves float64's range);
     None where neither can (the report then has no attack row for the unit)."""
@@ -30,7 +31,7 @@ def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence
         try:
             for event in events:
                 acc.compose(event, steps)
-            return attack_risk(acc, fprs).to_dict()
+            return attack_risk(acc, fprs, lower).to_dict()
         except (UnsupportedEventError, ArithmeticError, MemoryError):  # beyond this accountant's range: the next
             continue
     return None
@@ -55,42 +56,88 @@ def plan_tpr(plan, at_fpr: float) -> float:
     """The certified upper bound on the best membership test's TPR at FPR ``at_fpr`` against the plan's own unit."""
     view = unit_views(plan)[0]
     found = view_risk(view.events or (ev.NonPrivate(),), view.steps, view.relation,
-                      plan.accountant if plan.accountant in ("pld", "rdp") else "pld", (at_fpr,))
+                      plan.accountant if plan.accountant in ("pld", "rdp") else "pld", (at_fpr,), lower=False)
     return 1.0 if found is None else found["tpr"][0]
 
 
-def calibrate_noise_for_tpr(plan_dict, target_tpr: float, at_fpr: float, progress=None, rel_tol: float = 1e-3):
-    """The smallest noise multiplier (to ``rel_tol``, rounded towards more noise) at which the plan's certified
-    TPR bound at ``at_fpr`` is at most ``target_tpr``: a bisection on the noise, each try certified (the TPR
-    bound falls as the noise grows); returns ``metadp.plan_solve.Solved``. ``progress``: called with (noise,
-    its TPR bound) after each try.
+def calibrate_for_tpr(plan_dict, solve: str, target_tpr: float, at_fpr: float, progress=None,
+                      rel_tol: float = 1e-3) -> Solved:
+    """The smallest noise multiplier, the largest number of steps or the largest Poisson rate (``solve``) at which
+    the plan's certified TPR bound at ``at_fpr`` is at most ``target_tpr``, as ``metadp.plan_solve.calibrate_plan``
+    does for epsilon: each try certified, the answer on the side that meets the target (noise to ``rel_tol``
+    rounded up, steps exact, rate to ``rel_tol`` rounded down). ``progress``: called with (value, its TPR bound)
+    after each try.
 
     Raises:
-        ValueError: ``target_tpr`` not in (at_fpr, 1) (no test does worse than guessing, TPR = FPR), or
-            ``at_fpr`` not in (0, 1); or no noise up to 1e6 meets the target.
+        ValueError: ``target_tpr`` not in (at_fpr, 1) (no test does worse than guessing, TPR = FPR), or ``at_fpr``
+            not in (0, 1); an unknown ``solve``; steps for a plan not charged per step, or a rate for a plan not
+            Poisson-sampled; ``Unreachable`` where one step (or the smallest rate tried) already exceeds the target,
+            or no noise up to 1e6 meets it.
     """
     if not 0.0 < at_fpr < 1.0:
         raise ValueError(f"--at-fpr must be in (0, 1), got {at_fpr:g}")
     if not at_fpr < target_tpr < 1.0:
         raise ValueError(f"--target-tpr must be in ({at_fpr:g}, 1): guessing already has TPR = FPR = {at_fpr:g}, "
                          f"got {target_tpr:g}")
+    if solve not in ("noise", "steps", "rate"):
+        raise ValueError(f"solve must be one of noise, steps, rate, got {solve!r}")
 
-    def tpr(z):
-        value = plan_tpr(_with(plan_dict, noise=z), at_fpr)
+    def meets(**value):
+        plan = _with(plan_dict, **value)
+        found = plan_tpr(plan, at_fpr)
         if progress is not None:
-            progress(z, value)
-        return value
+            progress(next(iter(value.values())), found)
+        return found <= target_tpr
 
-    low, high = 0.0, 1.0
-    while tpr(high) > target_tpr:
+    if solve == "noise":
+        value = _search(lambda z: meets(noise=z), 1.0, rel_tol=rel_tol, limit=1e6)
+        if value is None:
+            raise Unreachable(f"no noise multiplier up to 1e6 brings the TPR bound at FPR {at_fpr:g} to {target_tpr:g}")
+        return Solved("noise", value, _with(plan_dict, noise=value))
+    if solve == "steps":
+        template = _with(plan_dict, steps=1)
+        if template.sampling.charge != "step" or template.unit == "group":
+            raise ValueError(f"solving for the steps needs a plan charged per step for one unit (sampling.scheme = "
+                             f"'{template.sampling.scheme}', unit = '{template.unit}'): solve for the noise instead")
+        if not meets(steps=1):
+            raise Unreachable(f"target TPR {target_tpr:g} at FPR {at_fpr:g} is unreachable: one step already "
+                              "exceeds it")
+        low, high = 1, 2  # low meets the target; double until high does not, then bisect on the integers
+        while meets(steps=high):
+            low, high = high, high * 2
+            if high > 10**9:
+                raise Unreachable(f"more than 10^9 steps meet TPR {target_tpr:g} at FPR {at_fpr:g}: no limit to solve")
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if meets(steps=mid) else (low, mid)
+        return Solved("steps", low, _with(plan_dict, steps=low))
+    if plan_dict["sampling"].get("scheme") != "poisson":
+        raise ValueError("solving for the rate needs Poisson sampling (sampling.scheme = 'poisson')")
+    if meets(rate=1.0):
+        return Solved("rate", 1.0, _with(plan_dict, rate=1.0))
+    low, high = 0.0, 1.0  # high fails; halve until one meets the target, then bisect
+    while True:
+        mid = high / 2.0
+        if mid < 1e-9:
+            raise Unreachable(f"no sampling rate down to 1e-9 brings the TPR bound at FPR {at_fpr:g} to {target_tpr:g}")
+        if meets(rate=mid):
+            low = mid
+            break
+        high = mid
+    while high - low > rel_tol * low:
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if meets(rate=mid) else (low, mid)
+    return Solved("rate", low, _with(plan_dict, rate=low))
+
+
+def _search(ok, start: float, rel_tol: float, limit: float) -> Optional[float]:
+    """The smallest x > 0 (to ``rel_tol``, returned where ``ok``) with ok(x), for ok false below and true above."""
+    low, high = 0.0, start
+    while not ok(high):
         low, high = high, high * 4.0
-        if high > 1e6:
-            raise ValueError(f"no noise multiplier up to 1e6 brings the TPR bound at FPR {at_fpr:g} to "
-                             f"{target_tpr:g}")
+        if high > limit:
+            return None
     while high - low > rel_tol * high:
         mid = 0.5 * (low + high) if low > 0 else high / 4.0
-        if tpr(mid) <= target_tpr:
-            high = mid
-        else:
-            low = mid
-    return Solved("noise", high, _with(plan_dict, noise=high))
+        low, high = (low, mid) if ok(mid) else (mid, high)
+    return high

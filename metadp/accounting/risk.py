@@ -110,8 +110,9 @@ def tpr_from_profile(fpr: float, epsilons: np.ndarray, deltas: np.ndarray,
     return min(1.0, max(value * _UP, fpr))  # the float arithmetic of e^eps fpr + delta, rounded upward
 
 
-def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
-    """The certified attack risk of what ``accountant`` (a ``PldAccountant`` or ``RdpAccountant``) has composed."""
+def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) -> AttackRisk:
+    """The certified attack risk of what ``accountant`` (a ``PldAccountant`` or ``RdpAccountant``) has composed;
+    ``lower=False`` skips the lattice lower ends (a calibration needs the upper end only)."""
     fprs = tuple(float(a) for a in fprs)
     if any(not 0.0 < a < 1.0 for a in fprs):
         raise ValueError(f"each FPR must be in (0, 1), got {fprs}")
@@ -146,7 +147,7 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS) -> AttackRisk:
         grid = deltas(grid_eps)
     tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas) for a in fprs)
     advantage = min(1.0, float(grid[0]) * _UP)
-    if items is None:
+    if items is None or not lower:
         return AttackRisk(fprs, tpr, advantage, method)
     lower = _lower(items, fprs, accountant)
     if lower is None:

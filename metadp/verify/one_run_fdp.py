@@ -23,7 +23,8 @@ concavity of fbar, gives x_j <= fbar(h_{j-1}); and x_{j-1} - x_j = (j - 1) / (r 
 because W = j - 1 on the added mass. The recursion is the least sequence these constraints allow once
 P[W >= v] >= tau; every feasible sequence dominates it (x* - x >= max(0, s_{i-1} (h* - h)) and
 (x* + h*) - (x + h) >= 0 at each level, s_i = i / (r - i), by induction from level v), so exceeding r / m
-is impossible. The same induction shows the test is monotone in tau and in mu, so bisection applies.
+is impossible. The same induction shows the test is monotone in tau and in mu, so bisection applies
+(the rounded test may differ by an ulp; each search returns a point it tested, so that is harmless).
 ``fdp_p_value`` is the least tau it certifies; ``mu_lower_bound`` the largest mu rejected at beta.
 
 Relation to public code: jax_privacy (``jax_privacy/auditing.py``, ``_epsilon_one_run_fdp``: one-sided

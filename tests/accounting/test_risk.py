@@ -185,17 +185,43 @@ def test_metadp_plan_carries_each_units_risk_in_json_and_leaves_it_out_on_reques
     assert json.loads(capsys.readouterr().out)["risk"] is None
 
 
-def test_calibrating_the_noise_for_a_tpr_target_is_conservative_and_tight():
-    from metadp.plan_risk import calibrate_noise_for_tpr, plan_tpr
+_GAUSSIAN = {"name": "gaussian", "unit": "record", "delta": 1e-5, "steps": 16, "sampling": {"scheme": "none"},
+             "noise": {"mechanism": "gaussian", "multiplier": 1.0}}
+_GAP = special.ndtri(0.05) - special.ndtri(0.01)  # mu meeting Phi(Phi^-1(0.01) + mu) = 0.05 exactly
 
-    d = {"name": "gaussian", "unit": "record", "delta": 1e-5, "steps": 16, "sampling": {"scheme": "none"},
-         "noise": {"mechanism": "gaussian", "multiplier": 1.0}}
-    solved = calibrate_noise_for_tpr(d, 0.05, 0.01)
-    exact = 4.0 / (special.ndtri(0.05) - special.ndtri(0.01))  # mu = sqrt(16) / z meets Phi(Phi^-1(a) + mu) = 0.05
+
+def test_calibrating_the_noise_for_a_tpr_target_is_conservative_and_tight():
+    from metadp.plan_risk import calibrate_for_tpr, plan_tpr
+
+    solved = calibrate_for_tpr(_GAUSSIAN, "noise", 0.05, 0.01)
+    exact = 4.0 / _GAP  # mu = sqrt(16) / z
     assert exact <= solved.value <= exact * 1.002
     assert plan_tpr(solved.plan, 0.01) <= 0.05
     with pytest.raises(ValueError, match="guessing already has TPR = FPR"):
-        calibrate_noise_for_tpr(d, 0.01, 0.01)
+        calibrate_for_tpr(_GAUSSIAN, "noise", 0.01, 0.01)
+
+
+def test_calibrating_the_steps_for_a_tpr_target_is_exact_on_a_gaussian_plan():
+    from metadp.plan_risk import calibrate_for_tpr
+    from metadp.plan_solve import Unreachable
+
+    d = dict(_GAUSSIAN, noise={"mechanism": "gaussian", "multiplier": 10.0})
+    solved = calibrate_for_tpr(d, "steps", 0.05, 0.01)
+    assert solved.value == int((10.0 * _GAP) ** 2)  # sqrt(T) / 10 <= the gap: T <= 46.4
+    with pytest.raises(Unreachable, match="one step already exceeds it"):
+        calibrate_for_tpr(dict(_GAUSSIAN, noise={"mechanism": "gaussian", "multiplier": 0.1}), "steps", 0.05, 0.01)
+
+
+def test_calibrating_the_rate_for_a_tpr_target_meets_it_and_is_the_largest_to_the_tolerance():
+    from metadp.plan_risk import calibrate_for_tpr, plan_tpr
+    from metadp.plan_solve import _with
+
+    d = {"name": "poisson", "unit": "record", "delta": 1e-5, "steps": 20,
+         "sampling": {"scheme": "poisson", "rate": 0.5}, "noise": {"mechanism": "gaussian", "multiplier": 1.0}}
+    solved = calibrate_for_tpr(d, "rate", 0.05, 0.01, rel_tol=5e-2)
+    assert plan_tpr(solved.plan, 0.01) <= 0.05 < plan_tpr(_with(d, rate=solved.value * 1.06), 0.01)
+    with pytest.raises(ValueError, match="needs Poisson sampling"):
+        calibrate_for_tpr(_GAUSSIAN, "rate", 0.05, 0.01)
 
 
 def test_metadp_calibrate_takes_one_target(capsys):
@@ -205,6 +231,9 @@ def test_metadp_calibrate_takes_one_target(capsys):
     assert main(base + ["--target-tpr", "0.05", "--at-fpr", "0.01"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("smallest noise multiplier meeting TPR <= 0.05 at FPR 0.01") and "TPR <= 0.05" in out
+    assert main(["calibrate", "--delta", "1e-5", "--sampling", "none", "--noise", "10", "--solve", "steps",
+                 "--target-tpr", "0.05", "--at-fpr", "0.01"]) == 0
+    assert capsys.readouterr().out.startswith("largest number of steps meeting TPR <= 0.05 at FPR 0.01")
     assert main(base + ["--target-tpr", "0.05"]) == 2
     assert "--target-tpr and --at-fpr go together" in capsys.readouterr().err
     assert main(base + ["--target-tpr", "0.05", "--at-fpr", "0.01", "--target-epsilon", "1"]) == 2
