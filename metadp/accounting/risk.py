@@ -51,6 +51,7 @@ FPRS = (1e-3, 1e-2, 1e-1)  # the false-positive rates reports print (jax_privacy
 _UP = 1.0 + 1e-12  # the relative margin on the closed forms (special functions to a few ulps)
 _DOWN = 1.0 - 1e-12
 _GRID = np.unique(np.concatenate([np.linspace(0.0, 2.0, 81), np.geomspace(2.0, 2000.0, 200)]))
+_DENSE = np.unique(np.concatenate([np.linspace(0.0, 2.0, 241), np.geomspace(2.0, 2000.0, 400)]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,14 +139,15 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
         def deltas(eps):
             with np.errstate(over="raise", invalid="raise"):
                 return reader(eps)
-        method, grid_eps = "PLD profile", _GRID
+        # many FPRs (a curve): one denser grid read once, instead of a refinement around each FPR's best eps
+        method, grid_eps = "PLD profile", (_GRID if len(fprs) <= 8 else _DENSE)
     else:  # each delta an RDP conversion: a coarser grid
         def deltas(eps):
             return np.array([min(1.0, float(accountant.get_delta(float(e)))) for e in eps])
         method, grid_eps = "RDP-implied (looser)", _GRID[::4]
     with np.errstate(over="raise", invalid="raise"):
         grid = deltas(grid_eps)
-    tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas) for a in fprs)
+    tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas if len(fprs) <= 8 else None) for a in fprs)
     advantage = min(1.0, float(grid[0]) * _UP)
     if items is None or not lower:
         return AttackRisk(fprs, tpr, advantage, method)

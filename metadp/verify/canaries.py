@@ -32,7 +32,10 @@ Scores, after training:
 
 ``guess_and_bound`` (``metadp.verify.one_run``) turns the scores into the empirical epsilon lower bound
 at confidence 1 - beta, compared with the run's certified epsilon for the view: ``consistent`` when no
-test rejects it, ``VIOLATION`` otherwise. The record view's report also lists both certified record
+test rejects it, ``VIOLATION`` otherwise. At the task level the claim is also tested as a trade-off curve
+(``metadp.verify.one_run_fdp.fdp_audit``: Mahloujifar, Melis & Chaudhuri's f-DP recursion on the unit's
+certified curve), the two tests sharing the level beta half each; the report also gives the f-DP
+(Gaussian) empirical figure, mu and its epsilon, valid only if the run's curve is Gaussian. The record view's report also lists both certified record
 bounds metadp gives for the plan (``metadp.verify.canary_bounds.record_bounds``).
 
 Controls (``defect``; planted only here, through the trainer's ``audit`` instrumentation, and each
@@ -62,9 +65,11 @@ from metadp.training.run.plan_run import plan_settings
 from metadp.training.data.tasks import SinusoidPool
 from metadp.training.run.trainer import TrainConfig, stream_seed, train
 from metadp.training import algorithms
-from metadp.verify.canary_bounds import certified_view, check_audit_plan, predicted_power, record_bounds
-from metadp.verify.gradient_canaries import GRADIENT_NORM, DiracCanaries
+from metadp.verify.canary_bounds import (certified_curve, certified_view, check_audit_plan, predicted_power,
+                                         record_bounds)
+from metadp.verify.gradient_canaries import DiracCanaries
 from metadp.verify.one_run import guess_and_bound, mixture_llr
+from metadp.verify.one_run_fdp import fdp_audit
 
 __all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR", "Canaries", "canary_pool",
            "AuditSampler", "sinusoid_mse"]
@@ -359,9 +364,15 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
     report = result.report
     certified, accountant, entry = certified_view(report, view)
     scores = {"white-box": audit.scores, **audit.final_scores(result.params)}
-    tests, family = guess_and_bound(scores, k.included, beta=beta, delta=plan.delta, claimed_epsilon=certified)
-    level = beta / family
-    flagged = certified is not None and any(t.p_value_at_claim < level for t in tests)
+    # the verdict's two tests of the claim share its level: the epsilon-only game, and (task level, where the
+    # unit's certified trade-off curve is the claim) the f-DP recursion on that curve
+    curve = certified_curve(plan, audit.steps) if view == "task" and certified is not None else None
+    share = beta / 2 if curve is not None else beta
+    tests, family = guess_and_bound(scores, k.included, beta=share, delta=plan.delta, claimed_epsilon=certified)
+    level = share / family
+    fdp = fdp_audit(scores, k.included, beta=share, delta=plan.delta, curve=curve)
+    flagged = certified is not None and (any(t.p_value_at_claim < level for t in tests)
+                                         or (fdp["claim"] is not None and fdp["claim"]["flagged"]))
     lower = max(t.epsilon_lower for t in tests)
     out = {
         "audit": "one-run canary audit of a training run", "method": CITATION, "algorithm": algorithm,
@@ -372,7 +383,7 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
                       "bound": "upper", "unit": view, "accountant": accountant,
                       "relation": entry.get("relation", "add_remove") if entry else "add_remove"},
         "epsilon_lower": lower, "epsilon_lower_display": format_lower(lower), "bound": "lower",
-        "scorers": [t.to_dict() for t in tests],
+        "scorers": [t.to_dict() for t in tests], "fdp": fdp, "level_shared": share < beta,
         "verdict": "VIOLATION" if flagged else "consistent",
         "control": None if defect is None else {
             "defect": defect, "what": DEFECTS[defect],
@@ -387,6 +398,7 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
         shift_in = float(np.median(norm))
         shift_out = float(np.median(np.einsum("ij,ij->i", a, b) / np.maximum(norm, 1e-300)))  # b along a's direction
         out["control"]["predicted_power"] = predicted_power(
-            plan, config.noise_multiplier, config.clip, canaries, defect, certified, beta=beta, runs=power_runs,
-            seed=seed, shift_in=shift_in, shift_out=shift_out, noise_factor=NOISE_FACTOR, scorers=len(scores))
+            plan, config.noise_multiplier, config.clip, canaries, defect, certified, beta=share, runs=power_runs,
+            seed=seed, shift_in=shift_in, shift_out=shift_out, noise_factor=NOISE_FACTOR, scorers=len(scores),
+            curve=curve)
     return out

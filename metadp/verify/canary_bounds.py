@@ -18,17 +18,21 @@ bound of a correct run must be at or below both.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from metadp.accounting.calibration import certified_epsilon
 from metadp.plan import Plan, check_plan_certifies
+from metadp.plan_risk import view_risk
+from metadp.units import unit_views
 from metadp.core import events as ev
 from metadp.report import format_upper
 from metadp.verify.one_run import mixture_llr, simulated_power
+from metadp.verify.one_run_fdp import curve_g, curve_rejects
 
-__all__ = ["certified_view", "check_audit_plan", "record_bounds", "predicted_power"]
+__all__ = ["certified_view", "check_audit_plan", "record_bounds", "certified_curve", "predicted_power"]
 
 
 def check_audit_plan(plan: Plan, canaries: int) -> None:
@@ -88,14 +92,29 @@ def record_bounds(plan, noise_multiplier: float, steps: int, delta: float, run_v
     return out
 
 
+# the FPRs at which the audited unit's certified curve is read for the f-DP test of the claim (``certified_curve``):
+# dense where the recursion's g is evaluated (x from about tau v / m up to r / m)
+CURVE_FPRS = tuple(np.concatenate([np.geomspace(1e-9, 0.1, 28), np.linspace(0.1, 0.99, 13)[1:]]))
+
+
+def certified_curve(plan, steps: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """(FPRs, certified upper bounds on the best test's TPR at each) against the plan's own unit over ``steps`` steps
+    (``metadp.plan_risk.view_risk``, upper end only): the claim the f-DP audit tests (``one_run_fdp.fdp_audit``);
+    None where no curve is certified."""
+    view = unit_views(dataclasses.replace(plan, steps=steps))[0]
+    found = view_risk(view.events, view.steps, view.relation, "pld", CURVE_FPRS, lower=False) if view.events else None
+    return None if found is None else (np.asarray(found["fpr"]), np.asarray(found["tpr"]))
+
+
 def predicted_power(plan, noise_multiplier: float, clip: float, m: int, defect: str, certified: float, *,
                     beta: float, runs: int, seed: int, shift_in: float, shift_out: float, noise_factor: float,
-                    scorers: int = 2) -> float:
+                    scorers: int = 2, curve=None) -> float:
     """The probability that the game flags ``certified`` in the idealised canary mechanism of ``defect``:
     each canary's per-step projection is ``shift_in`` (included) or ``shift_out`` (excluded) when
     sampled, plus N(0, sigma^2) with the noise as applied (``noise_factor`` times below the ledger's
     for ``low-noise``), scored by the same likelihood ratio; other rows' contributions are ignored
-    (they only add variance: the run's power is at most this)."""
+    (they only add variance: the run's power is at most this). ``curve``: the certified curve the verdict also
+    tests (``certified_curve``), each game then flagged by either test, as the audit's verdict is."""
     steps, z = plan.steps, noise_multiplier
     q = plan.sampling.expected_batch / plan.sampling.population
     sigma = z * clip / (noise_factor if defect == "low-noise" else 1.0)
@@ -114,5 +133,7 @@ def predicted_power(plan, noise_multiplier: float, clip: float, m: int, defect: 
         x = rng.standard_normal((count, steps)) * sigma + shift * sampled
         return mixture_llr(x, np.full(x.shape, q), shift_in, shift_out, sigma**2).sum(axis=1)
 
+    g = None if curve is None else curve_g(*curve)  # the verdict's second test: the f-DP recursion on the curve
+    also = None if g is None else (lambda m_, r, v, level: curve_rejects(m_, r, v, g, level))
     return simulated_power(lambda c, rng: scores(c, rng, True), lambda c, rng: scores(c, rng, False), m, certified,
-                           beta=beta, delta=plan.delta, scorers=scorers, runs=runs, seed=seed)
+                           beta=beta, delta=plan.delta, scorers=scorers, runs=runs, seed=seed, also=also)

@@ -158,12 +158,14 @@ def guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta
 
 
 def simulated_power(score_in, score_out, m: int, claimed_epsilon: float, *, beta: float, delta: float,
-                    scorers: int = 1, runs: int = 200, seed: int = 0) -> float:
+                    scorers: int = 1, runs: int = 200, seed: int = 0, also=None) -> float:
     """Probability that the game flags ``claimed_epsilon`` (some test's p-value below its level) when the
     included canaries' scores are draws of ``score_in(n, rng)`` and the others of ``score_out(n, rng)``:
     a Monte Carlo prediction (``runs`` games) of an audit's power, for the idealised score laws a
     planted defect gives (``metadp.verify.canaries.predicted_power``). ``scorers``: the family's scorers
-    (the level is beta / (scorers x grid))."""
+    (the level is beta / (scorers x grid)). ``also``: another test of the same guesses, (m, r, v, level) -> True
+    where it rejects at that level (the f-DP test of the certified curve), each of its tests at the same level: a
+    game flags when either does."""
     m = check_count("m", m, minimum=2)
     rng = np.random.default_rng(seed)
     ks = guess_grid(m)
@@ -174,7 +176,9 @@ def simulated_power(score_in, score_out, m: int, claimed_epsilon: float, *, beta
         s = np.empty(m)
         s[included] = score_in(int(included.sum()), rng)
         s[~included] = score_out(int((~included).sum()), rng)
-        flagged += any(p_value(m, 2 * k, _correct(s, included, k), claimed_epsilon, delta) < level for k in ks)
+        counts = [(k, _correct(s, included, k)) for k in ks]
+        flagged += (any(p_value(m, 2 * k, v, claimed_epsilon, delta) < level for k, v in counts)
+                    or (also is not None and any(v > 0 and also(m, 2 * k, v, level) for k, v in counts)))
     return flagged / runs
 
 

@@ -69,7 +69,7 @@ from metadp.mechanisms.gaussian import ndtr_error
 from metadp.verify.one_run import _correct, guess_grid
 
 __all__ = ["fdp_rejects", "fdp_p_value", "mu_lower_bound", "gdp_epsilon", "FdpGuessResult",
-           "fdp_guess_and_bound"]
+           "fdp_guess_and_bound", "curve_g", "curve_p_value", "curve_rejects", "fdp_audit"]
 
 _MU_MAX = 40.0  # the bisection's ceiling (a rejected mu above it is reported as the last doubling)
 _TAU_MIN = 1e-280  # p-values are reported no smaller (see the module docstring)
@@ -127,14 +127,15 @@ def _g_lower(y: float, mu: float) -> float:
     return _down(float(special.ndtr(t)) * (1.0 - float(ndtr_error(t))))
 
 
-def _rejects(m: int, r: int, v: int, mu: float, tau: float) -> bool:
-    """Whether the recursion (module docstring) started at tau ends above r / m: then P[W >= v] < tau."""
+def _rejects(m: int, r: int, v: int, g, tau: float) -> bool:
+    """Whether the recursion (module docstring) started at tau ends above r / m: then P[W >= v] < tau. ``g``:
+    y -> a certified lower bound on fbar^-1(y) (``_gaussian_g`` for mu-GDP, ``curve_g`` for a certified curve)."""
     limit = math.nextafter(r / m, math.inf)
     h = _down(_down(tau * (r - v)) / m)
     # x_v on or below the ray x / h = v / (r - v), as the proof's first step needs
     x = _down(_down(h * v) / (r - v)) if r > v else _down(_down(tau * v) / m)
     for i in range(v - 1, -1, -1):
-        gx = _g_lower(x, mu)
+        gx = g(x)
         if gx <= h:
             break  # h stays, so x stays: a fixed point
         x = _down(x + _down(_down(i / (r - i)) * _down(gx - h)))
@@ -142,6 +143,53 @@ def _rejects(m: int, r: int, v: int, mu: float, tau: float) -> bool:
         if _down(x + h) > limit:  # sums only grow from here on
             return True
     return _down(x + h) > limit
+
+
+def _gaussian_g(mu: float):
+    return lambda y: _g_lower(y, mu)
+
+
+def curve_g(fprs, tprs):
+    """A certified lower bound on fbar^-1 from a certified *upper* bound on a trade-off curve: ``tprs[j]`` bounds
+    the best test's TPR at FPR ``fprs[j]`` from above (``metadp.accounting.risk``), fprs increasing. Then g(y) = the
+    largest fprs[j] with tprs[j] < y (0 if none): every FPR a <= fprs[j] has fbar(a) <= fbar(fprs[j]) <= tprs[j] <
+    y, so fbar^-1(y) >= fprs[j]. The recursion with this g tests "the run meets the certified curve" for any
+    shape of curve (the certified claim itself, not a Gaussian stand-in)."""
+    a, t = np.asarray(fprs, dtype=np.float64), np.asarray(tprs, dtype=np.float64)
+    if a.ndim != 1 or a.shape != t.shape or len(a) == 0 or np.any(np.diff(a) <= 0):
+        raise ValueError("fprs must be increasing and match tprs, one TPR upper bound per FPR")
+    best = np.minimum.accumulate(t[::-1])[::-1]  # a bound at fprs[k] also bounds fbar at every FPR below it
+
+    def g(y: float) -> float:
+        j = int(np.searchsorted(best, y, side="left")) - 1  # the last j with best[j] < y
+        return float(a[j]) if j >= 0 else 0.0
+    return g
+
+
+def curve_p_value(m: int, r: int, v: int, g, *, rtol: float = 1e-7) -> float:
+    """``fdp_p_value`` for the trade-off curve whose fbar^-1 ``g`` bounds from below (``curve_g``)."""
+    m, r, v = _check_counts(m, r, v)
+    return _least_tau(m, r, v, g, check_real("rtol", rtol, low=0.0, high=1.0, low_open=True, high_open=True))
+
+
+def curve_rejects(m: int, r: int, v: int, g, beta: float) -> bool:
+    """Whether v correct guesses out of r (m canaries) reject the curve whose fbar^-1 ``g`` bounds (``curve_g``)
+    at level ``beta``: one pass of the recursion (what ``curve_p_value`` bisects)."""
+    m, r, v = _check_counts(m, r, v)
+    return v > 0 and _rejects(m, r, v, g, beta)
+
+
+def _least_tau(m, r, v, g, rtol) -> float:
+    """The least tau the recursion certifies (bisection on log tau keeping a certified tau; ``fdp_p_value``)."""
+    if v == 0 or not _rejects(m, r, v, g, 1.0):
+        return 1.0
+    if _rejects(m, r, v, g, _TAU_MIN):
+        return _TAU_MIN
+    lo, hi = math.log(_TAU_MIN), 0.0  # rejected at e^hi, not at e^lo
+    while hi - lo > rtol:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if _rejects(m, r, v, g, math.exp(mid)) else (mid, hi)
+    return math.exp(hi)  # certified: every hi but the first (tau = 1) was tested as this very float
 
 
 def fdp_rejects(m: int, r: int, v: int, mu: float, beta: float) -> bool:
@@ -160,7 +208,7 @@ def fdp_rejects(m: int, r: int, v: int, mu: float, beta: float) -> bool:
     m, r, v = _check_counts(m, r, v)
     mu = check_real("mu", mu, low=0.0)
     beta = check_real("beta", beta, low=0.0, high=1.0, low_open=True, high_open=True)
-    return v > 0 and _rejects(m, r, v, mu, beta)
+    return v > 0 and _rejects(m, r, v, _gaussian_g(mu), beta)
 
 
 def fdp_p_value(m: int, r: int, v: int, mu: float, *, rtol: float = 1e-7) -> float:
@@ -185,15 +233,7 @@ def fdp_p_value(m: int, r: int, v: int, mu: float, *, rtol: float = 1e-7) -> flo
     m, r, v = _check_counts(m, r, v)
     mu = check_real("mu", mu, low=0.0)
     rtol = check_real("rtol", rtol, low=0.0, high=1.0, low_open=True, high_open=True)
-    if v == 0 or not _rejects(m, r, v, mu, 1.0):
-        return 1.0
-    if _rejects(m, r, v, mu, _TAU_MIN):
-        return _TAU_MIN
-    lo, hi = math.log(_TAU_MIN), 0.0  # rejected at e^hi, not at e^lo
-    while hi - lo > rtol:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if _rejects(m, r, v, mu, math.exp(mid)) else (mid, hi)
-    return math.exp(hi)  # certified: every hi but the first (tau = 1) was tested as this very float
+    return _least_tau(m, r, v, _gaussian_g(mu), rtol)
 
 
 def mu_lower_bound(m: int, r: int, v: int, beta: float, *, tol: float = 1e-6) -> float:
@@ -208,16 +248,16 @@ def mu_lower_bound(m: int, r: int, v: int, beta: float, *, tol: float = 1e-6) ->
     m, r, v = _check_counts(m, r, v)
     beta = check_real("beta", beta, low=0.0, high=1.0, low_open=True, high_open=True)
     tol = check_real("tol", tol, low=0.0, low_open=True)
-    if v == 0 or not _rejects(m, r, v, 0.0, beta):
+    if v == 0 or not _rejects(m, r, v, _gaussian_g(0.0), beta):
         return 0.0
     lo, hi = 0.0, 1.0
-    while _rejects(m, r, v, hi, beta):
+    while _rejects(m, r, v, _gaussian_g(hi), beta):
         lo, hi = hi, 2.0 * hi
         if hi > _MU_MAX:
             return lo
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _rejects(m, r, v, mid, beta) else (lo, mid)
+        lo, hi = (mid, hi) if _rejects(m, r, v, _gaussian_g(mid), beta) else (lo, mid)
     return lo
 
 
@@ -315,3 +355,41 @@ def fdp_guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, 
         k, v, mu = best
         out.append(FdpGuessResult(name, k, 2 * k, v, mu, gdp_epsilon(mu, delta)))
     return out, tests
+
+
+def fdp_audit(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta: float, delta: float,
+              curve=None) -> Dict:
+    """The f-DP part of a one-run audit (``metadp verify run``), as JSON:
+
+    * ``gaussian``: ``fdp_guess_and_bound`` at family-wise level ``beta``: the largest mu-GDP the game rejects and
+      its epsilon at ``delta``, an empirical lower bound *if the run's trade-off curve is Gaussian* (said in
+      ``valid_if``); informational, never a verdict (a Poisson-sampled run's curve is not Gaussian, and a
+      Gaussian stand-in calibrated to its epsilon can be rejected while the run meets its claim);
+    * ``claim``: where ``curve`` (fprs, certified TPR upper bounds of the audited unit) is given, the recursion on
+      that very curve (``curve_g``), every (scorer, k) of ``guess_grid`` one test at ``beta`` / tests: its smallest
+      p-value and whether it is below the level, i.e. the run is shown not to meet its certified curve; the caller
+      gives this test its share of the verdict's level (``beta`` here is that share).
+    """
+    results, tests = fdp_guess_and_bound(scores, included, beta=beta, delta=delta)
+    best = max(results, key=lambda t: t.mu_lower)
+    out = {"gaussian": {"mu_lower": best.mu_lower, "epsilon_lower": best.epsilon_lower, "tests": tests,
+                        "scorers": [t.to_dict() for t in results], "confidence": 1 - beta,
+                        "valid_if": "the run's trade-off curve is Gaussian (mu-GDP); else an estimate, not a bound"},
+           "claim": None}
+    if curve is None:
+        return out
+    g = curve_g(*curve)
+    included = np.asarray(included, dtype=bool)
+    m = included.size
+    found = []
+    for name, s in scores.items():
+        s = np.asarray(s, dtype=np.float64)
+        for k in guess_grid(m):
+            v = _correct(s, included, k)
+            found.append((curve_p_value(m, 2 * k, v, g, rtol=1e-4), name, k, v))
+    p, name, k, v = min(found)
+    level = beta / len(found)
+    out["claim"] = {"p_value": p, "level": level, "flagged": p < level, "scorer": name, "k": k, "guesses": 2 * k,
+                    "correct": v, "tests": len(found), "test": "the one-run f-DP recursion on the certified trade-off "
+                    "curve of the audited unit (metadp.accounting.risk): rejects the claim itself, any curve shape"}
+    return out

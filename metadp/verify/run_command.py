@@ -141,6 +141,23 @@ def audit_table(r: dict) -> str:
     for s in r["scorers"]:
         lines.append(f"    {s['scorer']:<11} {s['correct']}/{s['guesses']} guesses correct (top and bottom {s['k']}): "
                      f"epsilon >= {format_lower(s['epsilon_lower'])}")
+    fdp = r.get("fdp")
+    if fdp is not None:
+        gauss = fdp["gaussian"]
+        lines.append(f"  f-DP          mu >= {format_lower(gauss['mu_lower'])}, epsilon >= "
+                     f"{format_lower(gauss['epsilon_lower'])} at delta = {r['delta']:g} (Gaussian trade-off, Mahloujifar "
+                     f"et al. 2024; a lower bound only if the run's curve is Gaussian; {gauss['tests']} tests)")
+        claim = fdp.get("claim")
+        if claim is not None:
+            lines.append(f"    the claim as a curve: p = {claim['p_value']:.3g} for the certified trade-off curve "
+                         f"({claim['scorer']}, {claim['correct']}/{claim['guesses']} correct; level {claim['level']:.3g}, "
+                         f"{claim['tests']} tests){': REJECTED' if claim['flagged'] else ''}")
+        if gauss["epsilon_lower"] > r["epsilon_lower"]:
+            lines.append("    the f-DP figure is the tighter of the two empirical ones here (under its Gaussian "
+                         "assumption)")
+    if r.get("level_shared"):
+        lines.append(f"  the verdict's two tests (epsilon and curve) each run at half the level: confidence "
+                     f"{r['confidence']:g} in all")
     if r["control"] is not None and "predicted_power" in r["control"]:
         lines.append(f"  predicted power to flag this control: {r['control']['predicted_power']:.2f} (idealised game)")
     verdict = r["verdict"]

@@ -69,6 +69,7 @@ from metadp.training.run.trainer import TrainConfig, stream_seed, train
 from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, sinusoid_mse
 from metadp.verify.canary_bounds import check_audit_plan
 from metadp.verify.one_run import guess_and_bound, simulated_power
+from metadp.verify.one_run_fdp import fdp_audit
 
 __all__ = ["DEFECT", "SupportAudit", "support_bounds", "run_support_audit"]
 
@@ -307,6 +308,8 @@ def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, s
                       "claim": "a support record costs the inner Gaussian only (first-order argument)"},
         "epsilon_lower": lower, "epsilon_lower_display": format_lower(lower), "bound": "lower",
         "scorers": [t.to_dict() for t in tests],
+        # the f-DP (Gaussian) empirical figure beside it (one_run_fdp.fdp_audit; never the verdict)
+        "fdp": fdp_audit({"white-box": audit.scores}, k.included, beta=beta, delta=plan.delta),
         "verdict": "VIOLATION" if flagged else "consistent",
         "record_bounds": bounds,
         "run_record_view": {"epsilon": run_record.get("epsilon"), "event": run_record.get("event"),

@@ -32,6 +32,12 @@ def test_correct_run_is_consistent_task_level_data_canaries():
     assert r["certified"]["epsilon"] > 0 and r["epsilon_lower"] <= r["certified"]["epsilon"]
     assert r["steps"] == 6 and r["canaries"] == 20 and {s["scorer"] for s in r["scorers"]} == {"white-box", "black-box"}
     assert "record_bounds" not in r
+    # both empirical readings: the epsilon game and f-DP (the claim's curve tested, the Gaussian figure beside it)
+    assert r["level_shared"] and not r["fdp"]["claim"]["flagged"] and r["fdp"]["claim"]["tests"] == r["tests"]
+    from metadp.verify.run_command import audit_table
+
+    text = audit_table(r)
+    assert "  empirical     epsilon >= " in text and "  f-DP          mu >= " in text and "the claim as a curve" in text
 
 
 def _revealed_delta(eps, q, z, steps):
@@ -111,11 +117,18 @@ def test_audit_plan_correct_runs_consistent_controls_flagged(view, defect):
     p, m = (RECORD_PLAN, 300) if view == "record" else (AUDIT_PLAN, 100)
     r = run_canary_audit(_plan(p["population"], p["batch"], p["z"], p["steps"]), canaries=m, view=view,
                          defect=defect, kind="gradient", seed=0, beta=0.05, sizes=(1, 16, 16, 1))
+    claim = r["fdp"]["claim"]  # the f-DP test of the certified curve: task level only
+    assert (claim is not None) == (view == "task") and r["level_shared"] == (view == "task")
     if defect is None:
         assert r["verdict"] == "consistent" and r["epsilon_lower"] <= r["certified"]["epsilon"]
+        assert claim is None or not claim["flagged"]
     else:
+        # the predicted power is that of the verdict (either test); each control is caught by the epsilon test as
+        # before, and at the task level also by the curve test (measured p: 1.8e-6 low noise, 6.2e-6 clipping
+        # off, 4.4e-4 fixed order, each at level 0.0021)
         assert r["control"]["defect"] == defect and r["control"]["predicted_power"] >= 0.85
         assert r["verdict"] == "VIOLATION" and r["epsilon_lower"] > r["certified"]["epsilon"]
+        assert claim is None or (claim["flagged"] and claim["p_value"] < 1e-3)
     if view == "record":
         assert all(r["epsilon_lower"] <= b["epsilon"] for b in r["record_bounds"]) == (defect is None)
 

@@ -281,3 +281,67 @@ def test_no_law_meeting_the_constraints_exceeds_the_bound(r, m, mu):
             if bound < 0.9:
                 closest = max(closest, tail / bound)
     assert closest >= 0.8
+
+
+# -- the recursion on a certified curve of any shape (curve_g): the audit of the claim itself ----------------------
+
+def test_a_curve_sampled_from_the_gaussian_one_is_a_valid_and_close_stand_in():
+    from metadp.verify.one_run_fdp import curve_g, curve_p_value
+
+    mu = 1.5
+    fprs = np.concatenate([np.geomspace(1e-12, 0.1, 400), np.linspace(0.1, 1 - 1e-9, 400)[1:]])
+    tprs = np.minimum(special.ndtr(special.ndtri(fprs) + mu) * (1 + 1e-12), 1.0)  # an upper bound on G_mu's fbar
+    g = curve_g(fprs, tprs)
+    for m, r, v in [(1000, 100, 90), (1000, 400, 330), (200, 200, 150)]:
+        exact, sampled = fdp_p_value(m, r, v, mu), curve_p_value(m, r, v, g)
+        assert sampled >= exact  # a coarser g is a weaker (still valid) claim to reject
+        assert sampled <= 3 * exact, (m, r, v, exact, sampled)  # and on this grid not much weaker
+
+
+def test_a_looser_certified_curve_is_harder_to_reject_and_the_trivial_one_never_is():
+    from metadp.verify.one_run_fdp import curve_g, curve_p_value
+
+    fprs = np.geomspace(1e-6, 0.99, 200)
+    tight = curve_g(fprs, special.ndtr(special.ndtri(fprs) + 0.5))
+    loose = curve_g(fprs, special.ndtr(special.ndtri(fprs) + 1.0))
+    assert curve_p_value(200, 200, 170, tight) < 0.01 < curve_p_value(200, 200, 170, loose) < 1.0
+    never = curve_g(fprs, np.ones_like(fprs))  # a curve certifying nothing (TPR <= 1) is rejected by no outcome
+    assert curve_p_value(1000, 200, 200, never) == 1.0
+
+
+def test_curve_g_is_the_largest_grid_fpr_whose_bound_is_below_y_and_refuses_a_bad_grid():
+    from metadp.verify.one_run_fdp import curve_g
+
+    g = curve_g([0.1, 0.2, 0.3], [0.5, 0.4, 0.9])  # the 0.4 at FPR 0.2 also bounds FPR 0.1 from above
+    assert g(0.3) == 0.0 and g(0.45) == 0.2 and g(0.95) == 0.3
+    with pytest.raises(ValueError, match="increasing"):
+        curve_g([0.2, 0.1], [0.5, 0.6])
+
+
+def test_fdp_audit_tests_the_claim_and_reports_the_gaussian_figure_separately():
+    from metadp.verify.one_run_fdp import fdp_audit
+
+    rng = np.random.default_rng(7)
+    included = rng.random(400) < 0.5
+    scores = {"s": rng.standard_normal(400) + 3.0 * included}  # a 3-GDP release
+    fprs = np.concatenate([np.geomspace(1e-10, 0.1, 60), np.linspace(0.1, 0.99, 30)[1:]])
+    claimed = (fprs, special.ndtr(special.ndtri(fprs) + 1.0))  # a certified 1-GDP curve: wrong for this run
+    out = fdp_audit(scores, included, beta=0.05, delta=1e-5, curve=claimed)
+    assert out["claim"]["flagged"] and out["claim"]["p_value"] < out["claim"]["level"] == 0.05 / out["claim"]["tests"]
+    assert 1.0 < out["gaussian"]["mu_lower"] <= 3.0 and "Gaussian" in out["gaussian"]["valid_if"]
+    true = (fprs, np.minimum(special.ndtr(special.ndtri(fprs) + 3.0) * (1 + 1e-12), 1.0))  # the run's own curve
+    assert not fdp_audit(scores, included, beta=0.05, delta=1e-5, curve=true)["claim"]["flagged"]
+    assert fdp_audit(scores, included, beta=0.05, delta=1e-5)["claim"] is None
+
+
+@pytest.mark.slow
+def test_the_curve_test_false_alarms_at_most_beta_on_runs_that_meet_their_curve():
+    from metadp.verify.one_run_fdp import curve_g, curve_rejects
+
+    mu0, m, beta, games = 1.0, 200, 0.05, 300
+    fprs = np.concatenate([np.geomspace(1e-10, 0.1, 60), np.linspace(0.1, 0.99, 30)[1:]])
+    g = curve_g(fprs, np.minimum(special.ndtr(special.ndtri(fprs) + mu0) * (1 + 1e-12), 1.0))
+    scores, included = _gaussian_games(m, mu0, games, seed=11)
+    k = m // 2  # one test, no family: the hardest case for the level
+    alarms = sum(curve_rejects(m, 2 * k, int(v), g, beta) for v in _correct_counts(scores, included, k))
+    assert stats.binom.sf(alarms - 1, games, beta) > 1e-3, alarms  # consistent with a rate <= beta
