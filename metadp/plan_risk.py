@@ -37,9 +37,11 @@ def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence
     return None
 
 
-def with_risk(report, plan, fprs: Sequence[float] = FPRS):
-    """``report`` (``plan_epsilon(plan)``) with each unit's certified attack risk (module docstring)."""
-    views = {v.key: v for v in unit_views(plan)}
+def with_risk(report, plan, fprs: Sequence[float] = FPRS, charges=None):
+    """``report`` (``plan_epsilon(plan)``, or with ``charges``: a run's counts by view key, as ``plan_epsilon``
+    takes them) with each unit's certified attack risk (module docstring)."""
+    views = {v.key: (dataclasses.replace(v, steps=charges[v.key]) if charges and v.key in charges else v)
+             for v in unit_views(plan)}
     primary = next(iter(views.values()))
     events = primary.events or (ev.NonPrivate(),)
     risk = view_risk(events, primary.steps, primary.relation, report.accountant, fprs)

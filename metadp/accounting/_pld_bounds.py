@@ -408,7 +408,7 @@ def profile_upper(items, reference: float, max_points: int, max_memory: int, flo
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
     width = max(_lat.window_estimate(pairs, tau) for pairs in per_direction)
-    h = _snap(max(width / 2.0**16, width / (0.95 * max_points)), per_direction)
+    h = _snap(max(width / 2.0**14, width / (0.95 * max_points)), per_direction)
     sums = []
     for pairs in per_direction:
         lattices = [(_lat.lattice_cached(pair, h, tau / n), c) for pair, c in pairs]
@@ -421,7 +421,7 @@ def profile_upper(items, reference: float, max_points: int, max_memory: int, flo
             raise ValueError(f"the profile is read at eps >= {floor:g}")
         out = np.zeros(len(eps))
         for up, charge in sums:
-            values = np.array([up.upper_profile(float(e)) for e in eps]) + charge
+            values = up.upper_profiles(eps) + charge
             out = np.maximum(out, np.where(np.isfinite(values), values, 1.0))
         return np.minimum(out, 1.0)
 

@@ -226,6 +226,36 @@ class TiltedSum:
         underflow = len(self.values) * 1e-300
         return math.exp(self.log_factor) * (body + self.error * self.error_norm(x) + underflow)
 
+    def upper_profiles(self, xs) -> np.ndarray:
+        """``upper_profile`` at every x of ``xs`` at once (a profile read at many points): the body from the
+        cumulative sums of ``_Profile`` (A_j - e^x B_j), raised by their float error, at most (n + 2) u A_j; the
+        round-off term's norm taken at an anchor at or below x (larger: valid) where that term is negligible."""
+        xs = np.asarray(xs, dtype=np.float64)
+        if xs.size == 0:
+            return np.zeros(0)
+        mass = self.untilted()
+        n = len(mass)
+        found = _Profile(self.first, mass, self.h, float(np.min(xs)) - self.h)
+        body = np.zeros(len(xs))
+        if len(found.s):
+            j = np.searchsorted(found.s, xs, side="right")  # the first kept bin above each x
+            inside = j < len(found.s)
+            jj = j[inside]
+            with np.errstate(over="ignore"):
+                value = found.a[jj] - np.exp(xs[inside] + found.log_b[jj])
+            body[inside] = np.maximum(value, 0.0) + (n + 2) * 2.0**-53 * found.a[jj]
+        # error_norm is nonincreasing in x (every g_s shrinks, bins drop out): its value at the nearest of about
+        # 24 anchors at or below x bounds it there
+        # (a point whose anchor's term exceeds 1e-10 gets its own exact norm: the excess is at most 1e-10 a value)
+        anchors = np.sort(xs)[::max(1, len(xs) // 24)]
+        at = np.array([self.error_norm(float(a)) for a in anchors])
+        norm = at[np.searchsorted(anchors, xs, side="right") - 1]
+        for i in np.nonzero(self.error * norm > 1e-10)[0]:
+            norm[i] = self.error_norm(float(xs[i]))
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = math.exp(self.log_factor) * (body + self.error * norm + n * 1e-300)
+        return np.where(np.isnan(out), np.inf, out)
+
     def x_upper(self, budget: float, floor: float) -> float:
         """Smallest x >= floor found whose ``upper_profile`` is <= budget (inf if none)."""
         target = budget * math.exp(-self.log_factor) - len(self.values) * 1e-300

@@ -114,7 +114,7 @@ def tpr_lower(items, fprs: Sequence[float], reference: float, max_points: int, m
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
     width = max(_lat.window_estimate(pairs, tau) for pairs in per_direction)
-    h = _bounds._snap(max(width / 2.0**16, width / (0.95 * max_points)), per_direction)
+    h = _bounds._snap(max(width / 2.0**14, width / (0.95 * max_points)), per_direction)
     best, advantage = list(fprs), 0.0
     for pairs in per_direction:
         tprs, adv = _direction(pairs, fprs, h, tau, tau / n, max_memory)

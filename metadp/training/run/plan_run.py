@@ -34,6 +34,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.plan import Plan, plan_epsilon
+from metadp.plan_risk import with_risk
 from metadp.sampling import Episodic, Guarantee
 from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
@@ -164,10 +165,12 @@ def plan_views(plan: Plan) -> Tuple[Guarantee, ...]:
 
 
 def plan_report(plan: Plan, steps: int, charges: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
-    """The report of ``plan`` over its first ``steps`` steps: ``metadp plan --json``'s, for the prefix; ``charges``
+    """The report of ``plan`` over its first ``steps`` steps: ``metadp plan --json``'s (the attack risk included),
+    for the prefix; ``charges``
     (view key -> count): where a run's budget capped a view below the plan's count (the visits of any record,
     which the run's budget stops at)."""
-    return plan_epsilon(dataclasses.replace(plan, steps=steps), charges=charges).to_dict()
+    prefix = dataclasses.replace(plan, steps=steps)
+    return with_risk(plan_epsilon(prefix, charges=charges), prefix, charges=charges).to_dict()
 
 
 def _finite(epsilon) -> Optional[float]:
