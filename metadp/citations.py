@@ -85,6 +85,23 @@ CITATIONS: Dict[str, Dict[str, str]] = {
         "year": "2022",
         "eprint": "1905.02383",
     },
+    "choquette2023amplified": {
+        "type": "inproceedings",
+        "title": "(Amplified) Banded Matrix Factorization: A unified approach to private training",
+        "author": "Choquette-Choo, Christopher A. and Ganesh, Arun and McKenna, Ryan and McMahan, H. Brendan and "
+                  "Rush, Keith and Thakurta, Abhradeep and Xu, Zheng",
+        "booktitle": "Advances in Neural Information Processing Systems (NeurIPS)",
+        "year": "2023",
+        "eprint": "2306.08153",
+    },
+    "denisov2022improved": {
+        "type": "inproceedings",
+        "title": "Improved Differential Privacy for SGD via Optimal Private Linear Operators on Adaptive Streams",
+        "author": "Denisov, Sergey and McMahan, H. Brendan and Rush, Keith and Smith, Adam and Thakurta, Abhradeep",
+        "booktitle": "Advances in Neural Information Processing Systems (NeurIPS)",
+        "year": "2022",
+        "eprint": "2202.08312",
+    },
     "schuchardt2024unified": {
         "type": "inproceedings",
         "title": "Unified Mechanism-Specific Amplification by Subsampling and Group Privacy Amplification",

@@ -211,6 +211,9 @@ def _approx(rate: float) -> str:
 def _noise_words(n: Dict[str, Any]) -> str:
     if n["mechanism"] == "gaussian":
         words = f"Gaussian noise with multiplier $z = {_latex_exact(n['multiplier'])}$"
+        if n.get("correlation") == "banded":
+            words = (f"banded correlated Gaussian noise (DP-FTRL banded matrix factorization, ${n['bands']}$ band"
+                     f"{'s' if n['bands'] != 1 else ''}) with multiplier $z = {_latex_exact(n['multiplier'])}$")
         if n.get("count_noise") is not None:
             words += (f" and adaptive clipping (noisy count of standard deviation "
                       f"${_latex_exact(n['count_noise'])}$, accounted with the sum)")

@@ -9,7 +9,6 @@ Rendering of the result lives in ``metadp.report``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import tomllib
 from importlib import resources
@@ -18,12 +17,13 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 from metadp.core.validation import check_count, check_delta, check_positive
 from metadp.core import events as ev
-from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.accounting.allocation import one_pass_comparison
 from metadp.accounting.certify import accountant_names, certify, supporting
 from metadp.accounting.registry import ACCOUNTANTS
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.citations import CITATIONS
+from metadp.banded_noise import banded_lower
+from metadp.plan_noise import NoiseSpec, _check_keys, _choice
 from metadp.releases import Release, plan_against, plan_release
 from metadp.report import Report, build_report
 from metadp.units import unit_views
@@ -33,30 +33,11 @@ from metadp.amplification.multistage import Hierarchy
 __all__ = ["Plan", "SamplingSpec", "NoiseSpec", "load_plan", "loads_plan", "default_plan", "plan_epsilon", "UNITS"]
 
 UNITS = ("record", "task", "group")
-MECHANISMS = ("gaussian", "laplace", "none")
-CLIPS = ("fixed", "raw_norms", "none")
-CLIPPING = ("per_episode", "per_example")
 _TOP_KEYS = ("name", "description", "unit", "group_size", "relation", "delta", "steps", "epochs", "accountant",
              "references", "sampling", "noise", "hierarchy", "claim", "record_multiplicity", "release", "against")
-_SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes", "steps_per_pass", "selected")
-_NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise", "clip")
+_SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes", "steps_per_pass", "selected", "groups",
+                  "participations", "separation")
 _CLAIM_KEYS = ("epsilon", "source")
-
-
-def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
-    for key in table:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; allowed keys: {', '.join(allowed)}"
-            raise ValueError(f"{prefix}{key} is not a known plan key{hint}")
-
-
-def _choice(name: str, value, allowed: Tuple[str, ...]) -> str:
-    if value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}{hint}")
-    return value
 
 
 def _table(d: Mapping, key: str) -> Mapping:
@@ -80,67 +61,6 @@ class SamplingSpec:
         if d.get("scheme") in NOT_IN_PLANS:
             raise ValueError(NOT_IN_PLANS[d["scheme"]])
         return SCHEMES[_choice("sampling.scheme", d.get("scheme"), tuple(SCHEMES))].from_table(d)
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseSpec:
-    """The mechanism applied to each step's (clipped) sum."""
-
-    mechanism: str  # gaussian | laplace | none (the released sum carries no central noise)
-    multiplier: Optional[float] = None  # gaussian: sigma / clip norm
-    scale: Optional[float] = None  # laplace: b / L1 sensitivity
-    clipping: str = "per_episode"  # episodes' records: clip each episode's (task's) update, or each example's
-    count_noise: Optional[float] = None  # adaptive clipping: noise std of the count of unclipped updates
-    # how the clip is set (None: "fixed", a threshold fixed or computed from released values only); "raw_norms":
-    # thresholds from raw gradient norms; "none": a contribution is not bounded (no clip, or no inner noise)
-    clip: Optional[str] = None
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "NoiseSpec":
-        _check_keys(d, _NOISE_KEYS, "noise.")
-        mechanism = _choice("noise.mechanism", d.get("mechanism", "gaussian"), MECHANISMS)
-        clipping = _choice("noise.clipping", d.get("clipping", "per_episode"), CLIPPING)
-        clip = _choice("noise.clip", d["clip"], CLIPS) if "clip" in d else None
-        if mechanism == "gaussian":
-            if "scale" in d:
-                raise ValueError("noise.scale applies to the laplace mechanism; use noise.multiplier for gaussian")
-            if "multiplier" not in d:
-                raise ValueError("noise.multiplier is required for the gaussian mechanism")
-            count_noise = d.get("count_noise")
-            if count_noise is not None:
-                count_noise = check_positive("noise.count_noise", count_noise)
-            return cls(mechanism, multiplier=check_positive("noise.multiplier", d["multiplier"]), clipping=clipping,
-                       count_noise=count_noise, clip=clip)
-        if "count_noise" in d:
-            raise ValueError("noise.count_noise (adaptive clipping) applies to the gaussian mechanism")
-        if "multiplier" in d:
-            raise ValueError(f"noise.multiplier applies to the gaussian mechanism, not '{mechanism}'"
-                             + ("; use noise.scale for laplace" if mechanism == "laplace" else ""))
-        if mechanism == "none":
-            if "scale" in d:
-                raise ValueError("noise.scale applies to the laplace mechanism, not 'none'")
-            return cls(mechanism, clip=clip)
-        if clip is not None:
-            raise ValueError("noise.clip applies to the gaussian mechanism's clipped sums")
-        if "scale" not in d:
-            raise ValueError("noise.scale is required for the laplace mechanism")
-        return cls(mechanism, scale=check_positive("noise.scale", d["scale"]))
-
-    @property
-    def private(self) -> bool:
-        """The release can carry a guarantee: noise on a bounded contribution whose clip depends on released
-        values only (a ``release.form = 'inner_dp'`` plan's noise is inside the tasks: ``mechanism = 'none'``)."""
-        return self.clip in (None, "fixed")
-
-    def event(self) -> ev.Event:
-        if self.mechanism == "none":
-            return ev.NonPrivate()
-        if self.mechanism == "gaussian" and self.count_noise is not None:
-            # the noisy sum and the noisy count of unclipped updates on one sample: one Gaussian
-            return ev.Gaussian(combined_noise_multiplier(self.multiplier, self.count_noise))
-        if self.mechanism == "gaussian":
-            return ev.Gaussian(self.multiplier)
-        return ev.Laplace(self.scale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,6 +331,15 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
     own_lower = None
     if plan.record_multiplicity is None and primary.events:  # the sampler's own bound is for the plain unit's event
         own_lower = plan.sampling.epsilon_lower(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.delta)
+    if plan.noise.correlation == "banded":  # where the event's lower end is not the mechanism's (banded_lower)
+        lowered = banded_lower(plan)
+        if lowered is not None:
+            attained, note = lowered
+            own_lower = 0.0 if attained is None else certify((attained[0],), plan.delta, steps=attained[1],
+                                                             relation=plan.relation, accountant=names,
+                                                             max_seconds=max_seconds).tightest.epsilon_lower
+            best = dataclasses.replace(best, epsilon_lower=min(own_lower, best.epsilon), notes=tuple(best.notes) + (note,))
+            own_lower = None
     if own_lower is not None:
         # the one-pass schemes: a lower bound on the sampler's own epsilon; an accountant's lower end is one for
         # the (looser) event it was given, not for the sampler, so it is replaced

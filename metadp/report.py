@@ -283,7 +283,9 @@ def _noise_text(n: Dict[str, Any]) -> str:
     if n["mechanism"] == "none":
         return "none on the released sum" + inner
     if n["mechanism"] == "gaussian":
-        return f"Gaussian, noise multiplier {n['multiplier']:g} (sigma = {n['multiplier']:g} x clip norm)" + inner
+        banded = (f"; banded correlated noise, {n['bands']} band(s) (DP-FTRL BandMF)"
+                  if n.get("correlation") == "banded" else "")
+        return f"Gaussian, noise multiplier {n['multiplier']:g} (sigma = {n['multiplier']:g} x clip norm)" + banded + inner
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
@@ -322,6 +324,8 @@ def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(
     if getattr(plan, "against", None) is not None and view is not None:
         assumptions.insert(0, f"the guarantee holds against {view.adversary}")
     noise = {k: v for k, v in dataclasses.asdict(plan.noise).items() if v is not None}
+    if noise.get("correlation") == "independent":  # the keys plans always had: banded noise adds its two
+        noise.pop("correlation"), noise.pop("bands", None)
     if getattr(plan, "release", None) is not None:
         noise["release"] = plan.release.to_table()
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
@@ -346,6 +350,12 @@ def _analysis_notes(plan, certificate, view=None, other_units=()):
     release = getattr(plan, "release", None)
     if release is not None:
         assumptions.append(release.describe(plan.noise.multiplier))
+    elif plan.noise.mechanism == "gaussian" and plan.noise.correlation == "banded":
+        assumptions.append(f"each step releases the sum of per-{s.contributor(unit)} contributions, each clipped to L2 "
+                           f"norm C, plus banded correlated Gaussian noise (C^-1 Z)_t with z = {plan.noise.multiplier:g} "
+                           f"and {plan.noise.bands} band(s) (metadp.banded_noise)")
+        if s.scheme == "none" and view is not None:  # its scheme's own assumptions do not state the derivation
+            assumptions.append(view.how)
     elif plan.noise.mechanism == "gaussian":
         per = s.contributor(unit)
         assumptions.append(f"each step releases the sum of per-{per} contributions, each clipped to L2 norm C, "

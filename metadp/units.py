@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Tuple
 
+from metadp.banded_noise import banded_views
 from metadp.core import events as ev
 from metadp.releases import Release, release_views
 from metadp.sampling import Guarantee
@@ -39,6 +40,8 @@ def unit_views(plan) -> Tuple[Guarantee, ...]:
     """Every meaningful unit's view of ``plan``, the plan's own unit first (``primary``); the plan's
     sampling scheme builds them (``metadp.sampling``). A plan over a fixed pool that declares
     ``record_multiplicity`` has the task's and the record's views (``pooled_views``)."""
+    if plan.noise.correlation == "banded":  # DP-FTRL's banded noise: the strategy's sensitivity (banded_noise)
+        return _as_private_as(plan, banded_views(plan))
     if plan.record_multiplicity is not None:
         return _as_private_as(plan, pooled_views(plan))
     views = plan.sampling.guarantees(plan.unit, plan.relation, plan.noise.event(), plan.steps, plan.group_size,

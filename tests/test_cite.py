@@ -193,7 +193,8 @@ def test_sentence_states_unit_relation_sampling_and_accountant(case):
     assert f"({report.accountant.upper()} accountant, certified upper bound)" in s
     sampling = {"poisson": "Poisson sampling", "fixed": "fixed-size sampling", "episodic": "episodic sampling",
                 "shuffle": "shuffled passes", "none": "no sampling",
-                "balls_in_bins": "balls in bins", "with_replacement": "sampling with replacement"}[
+                "balls_in_bins": "balls in bins", "with_replacement": "sampling with replacement",
+                "cyclic_poisson": "cyclic Poisson", "min_separation": "min-separation"}[
         report.sampling["scheme"]]
     assert f"with {sampling}" in s
     assert ("\\footnote{" in s) == bool(report.warnings)  # every caveat travels with the number

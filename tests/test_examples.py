@@ -48,6 +48,11 @@ EXPECTED = {
     "dp_sgd_loader_with_replacement.toml": dict(unit="record", relation="add_remove", scheme="with_replacement",
                                                 steps=48, delta=1e-5, accountant="pld"),
     "dp_reptile_group.toml": dict(unit="group", relation="add_remove", scheme="none", steps=2, delta=1e-3),
+    # DP-FTRL's banded correlated noise (issue 34): amplified by cyclic Poisson participation, and without sampling
+    "dp_fedmeta_bandmf_cyclic.toml": dict(unit="task", relation="add_remove", scheme="cyclic_poisson", steps=1000,
+                                          delta=1e-6),
+    "dp_fedmeta_bandmf_min_separation.toml": dict(unit="task", relation="add_remove", scheme="min_separation",
+                                                  steps=1000, delta=1e-6),
     # plans the trainer runs (metadp train ALGO --plan FILE): episodes drawn from the data shipped here
     "train_glyphs_episodic_quick.toml": dict(unit="record", relation="add_remove", scheme="episodic", steps=20,
                                              delta=1e-5, accountant="pld"),
@@ -75,8 +80,8 @@ def _names(names=None):
 DOCUMENTED_KEYS = {
     "": {"name", "description", "unit", "group_size", "relation", "delta", "steps", "epochs", "accountant",
          "references", "sampling", "noise", "hierarchy", "claim"},
-    "sampling": {"scheme", "population", "batch_size", "rate", "episodes"},
-    "noise": {"mechanism", "multiplier", "scale", "clipping"},
+    "sampling": {"scheme", "population", "batch_size", "rate", "episodes", "groups", "participations", "separation"},
+    "noise": {"mechanism", "multiplier", "scale", "clipping", "correlation", "bands"},
     "hierarchy": {"name", "draw", "size", "rate", "units"},
     "claim": {"epsilon", "source"},
 }

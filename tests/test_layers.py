@@ -39,6 +39,8 @@ LAYER = {
     "metadp.plan_plot": 5,
     "metadp.plan_solve": 5,
     "metadp.plan_risk": 5,
+    "metadp.plan_noise": 5,
+    "metadp.banded_noise": 5,
     "metadp.integrations": 6,  # Opacus, dp-accounting: accounting and reports for other libraries
     "metadp.training": 7,  # the trainer and its engines (local, Flower)
     "metadp.verify": 8,  # audits train runs and cross-checks against dp-accounting

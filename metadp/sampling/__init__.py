@@ -27,6 +27,8 @@ NoSampling       none              inner                                        
 Shuffle          shuffle           inner, once per pass                          either      pass
 Episodic         episodic          record: EpisodicSampled(L, P_U, r, inner, s)  add_remove  step
 BallsInBins      balls_in_bins     RandomAllocation(t, inner) per pass (plans)   add_remove  pass
+CyclicPoisson    cyclic_poisson    PoissonSampled(q, inner) per pass of groups   add_remove  pass
+MinSeparation    min_separation    inner composed k times, once per run          either      pass
 ===============  ================  ============================================  ==========  ======
 
 ``Guarantee`` (``guarantee``) is the one result type: unit, relation, adversary, event(s), charge,
@@ -45,7 +47,8 @@ from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy
 from metadp.sampling.base import NOT_IN_PLANS, RUN_SCHEMES, SCHEMES, Sampling, from_record, of_lot, register
 from metadp.sampling.schemes import Episodic, FixedSize, NoSampling, Poisson, WithReplacement
 from metadp.sampling.one_pass import BallsInBins, Shuffle
+from metadp.sampling.participation import CyclicPoisson, MinSeparation
 
 __all__ = ["Guarantee", "EVERYONE", "Sampling", "Poisson", "FixedSize", "WithReplacement", "NoSampling", "Shuffle", "Episodic",
-           "BallsInBins", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "register",
+           "BallsInBins", "CyclicPoisson", "MinSeparation", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "from_record", "of_lot", "register",
            "parse_hierarchy", "episode_shift", "top_unit_shift", "record_events", "LEVEL_KEYS"]
