@@ -31,7 +31,7 @@ from scipy import special, stats
 
 from metadp.core.validation import check_count, check_probability, check_real
 
-__all__ = ["p_value", "epsilon_lower_bound", "guess_grid", "GuessResult", "guess_and_bound", "simulated_power",
+__all__ = ["p_value", "epsilon_lower_bound", "guess_grid", "GuessResult", "guesses", "guess_and_bound", "simulated_power",
            "mixture_llr"]
 
 _EPS_MAX = 60.0  # p in float64 is 1 - 9e-27 here: every finite v <= r is then consistent (p-value ~ 1)
@@ -122,6 +122,23 @@ def _correct(scores: np.ndarray, included: np.ndarray, k: int) -> int:
     return int(included[order[-k:]].sum() + (~included[order[:k]]).sum())
 
 
+def guesses(scores: Dict[str, np.ndarray], included) -> Tuple[int, int, List[Tuple[str, List[Tuple[int, int]]]]]:
+    """(m, tests, [(scorer, [(k, correct guesses) for k in guess_grid(m)])]): every test of the Bonferroni family
+    (one per scorer and k), each scorer's scores checked (m finite numbers)."""
+    included = np.asarray(included, dtype=bool)
+    if included.ndim != 1:
+        raise ValueError(f"included must be a 1-D array of m booleans, got shape {included.shape}")
+    m = included.size
+    ks = guess_grid(m)
+    out = []
+    for name, s in scores.items():
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != (m,) or not np.isfinite(s).all():
+            raise ValueError(f"scores[{name!r}] must be {m} finite numbers")
+        out.append((name, [(k, _correct(s, included, k)) for k in ks]))
+    return m, len(ks) * len(scores), out
+
+
 def guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta: float, delta: float,
                     claimed_epsilon: Optional[float] = None) -> Tuple[List[GuessResult], int]:
     """Every scorer's best (largest lower bound) test over ``guess_grid``, Bonferroni over them all.
@@ -136,19 +153,12 @@ def guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta
     Returns:
         (one GuessResult per scorer, the number of tests in the family).
     """
-    included = np.asarray(included, dtype=bool)
-    m = included.size
-    ks = guess_grid(m)
-    tests = len(ks) * len(scores)
+    m, tests, counts = guesses(scores, included)
     level = beta / tests
     out = []
-    for name, s in scores.items():
-        s = np.asarray(s, dtype=np.float64)
-        if s.shape != (m,) or not np.isfinite(s).all():
-            raise ValueError(f"scores[{name!r}] must be {m} finite numbers")
+    for name, found in counts:
         best = None
-        for k in ks:
-            v = _correct(s, included, k)
+        for k, v in found:
             eps = epsilon_lower_bound(m, 2 * k, v, level, delta)
             pv = p_value(m, 2 * k, v, claimed_epsilon, delta) if claimed_epsilon is not None else math.nan
             if best is None or eps > best.epsilon_lower or (eps == best.epsilon_lower and pv < best.p_value_at_claim):

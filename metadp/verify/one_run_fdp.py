@@ -66,7 +66,7 @@ from scipy import special
 from metadp.accounting._pld_gaussian import gaussian_epsilon_bounds
 from metadp.core.validation import check_count, check_delta, check_real
 from metadp.mechanisms.gaussian import ndtr_error
-from metadp.verify.one_run import _correct, guess_grid
+from metadp.verify.one_run import guesses
 
 __all__ = ["fdp_rejects", "fdp_p_value", "mu_lower_bound", "gdp_epsilon", "FdpGuessResult",
            "fdp_guess_and_bound", "curve_g", "curve_p_value", "curve_rejects", "fdp_audit"]
@@ -334,21 +334,12 @@ def fdp_guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, 
     delta = check_delta("delta", delta)
     if not scores:
         raise ValueError("scores must name at least one scorer, got none")
-    included = np.asarray(included, dtype=bool)
-    if included.ndim != 1:
-        raise ValueError(f"included must be a 1-D array of m booleans, got shape {included.shape}")
-    m = included.size
-    ks = guess_grid(m)
-    tests = len(ks) * len(scores)
+    m, tests, counts = guesses(scores, included)
     level = beta / tests
     out = []
-    for name, s in scores.items():
-        s = np.asarray(s, dtype=np.float64)
-        if s.shape != (m,) or not np.isfinite(s).all():
-            raise ValueError(f"scores[{name!r}] must be {m} finite numbers")
+    for name, found in counts:
         best = None
-        for k in ks:
-            v = _correct(s, included, k)
+        for k, v in found:
             mu = mu_lower_bound(m, 2 * k, v, level)
             if best is None or mu > best[2]:
                 best = (k, v, mu)
@@ -379,14 +370,8 @@ def fdp_audit(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta: floa
     if curve is None:
         return out
     g = curve_g(*curve)
-    included = np.asarray(included, dtype=bool)
-    m = included.size
-    found = []
-    for name, s in scores.items():
-        s = np.asarray(s, dtype=np.float64)
-        for k in guess_grid(m):
-            v = _correct(s, included, k)
-            found.append((curve_p_value(m, 2 * k, v, g, rtol=1e-4), name, k, v))
+    m, _, counts = guesses(scores, included)
+    found = [(curve_p_value(m, 2 * k, v, g, rtol=1e-4), name, k, v) for name, pairs in counts for k, v in pairs]
     p, name, k, v = min(found)
     level = beta / len(found)
     out["claim"] = {"p_value": p, "level": level, "flagged": p < level, "scorer": name, "k": k, "guesses": 2 * k,
