@@ -32,11 +32,13 @@ from typing import Tuple
 import numpy as np
 
 from metadp.core import events as ev
-from metadp.mechanisms.banded import prefix_workload, sensitivity_every_step, sensitivity_min_separation
-from metadp.mechanisms.banded_opt import banded_toeplitz, optimize_banded_toeplitz
+from metadp.mechanisms.banded import (EveryStep, MinSeparation, SingleParticipation, prefix_workload,
+                                     sensitivity_every_step, sensitivity_min_separation)
+from metadp.mechanisms.banded_opt import banded_toeplitz, dpsgd_error, error, optimize_banded_toeplitz
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["banded_coefficients", "every_step_sensitivity", "banded_views", "banded_lower", "BANDED_SCHEMES"]
+__all__ = ["banded_coefficients", "every_step_sensitivity", "error_ratio", "banded_views", "banded_lower",
+           "BANDED_SCHEMES"]
 
 _HORIZON = 2048  # the optimiser's horizon: the coefficients of a longer plan are optimised on this many steps
 _DENSE = 4096  # the largest n for a dense sensitivity bound (min-separation closer than the bands)
@@ -74,6 +76,23 @@ def every_step_sensitivity(coefficients, steps: int) -> Tuple[float, bool]:
         inner = (n - b + 1) * abs(partial[-1]) + float(np.sum(np.abs(partial[: b - 1 - d])))
         total += inner if d == 0 else 2.0 * inner
     return math.sqrt(total * (1.0 + 4 * b * b * 2.0**-52)), exact  # the float sums, rounded up
+
+
+def error_ratio(coefficients, steps: int, pattern) -> Tuple[float, int]:
+    """(ratio, n): the expected squared error of the released prefix sums with the strategy over that of
+    independent noise (C = I) at the same epsilon, on the first n = min(steps, ``_HORIZON``) steps: Delta(C)^2
+    ||A C^-1||_F^2 over Delta(I)^2 ||A||_F^2 (``banded_opt.error``), Delta the sensitivity under ``pattern``
+    (single participation where the guarantee is amplified: the same z / ||c|| gives the same epsilon there)."""
+    n = min(int(steps), _HORIZON)
+    A = prefix_workload(n)
+    return error(A, banded_toeplitz(np.asarray(coefficients), n), pattern) / dpsgd_error(A, pattern), n
+
+
+def _error_words(coefficients, steps: int, pattern) -> str:
+    ratio, n = error_ratio(coefficients, steps, pattern)
+    on = "" if n == steps else f", on the first {n:,} steps"
+    return (f"the expected squared error of the released prefix sums is {ratio:.3g} x that of independent noise at "
+            f"the same epsilon (metadp.mechanisms.banded_opt{on})")
 
 
 def _min_separation_sensitivity(c, steps: int, k: int, separation: int) -> Tuple[float, bool]:
@@ -114,18 +133,21 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
         g = scheme.guarantees(plan.unit, plan.relation, ev.Gaussian(z / zeta), n)[0]
         how = (f"{words}; with cyclic Poisson participation of {scheme.groups:,} groups (at least the bands), every "
                f"guarantee of DP-SGD with Poisson rate {scheme.rate:g}, {g.steps:,} steps and noise multiplier "
-               f"z / ||c|| = {z / zeta:.6g} (Choquette-Choo et al. 2023, arXiv:2306.08153, Thm. 4); {g.reason}")
+               f"z / ||c|| = {z / zeta:.6g} (Choquette-Choo et al. 2023, arXiv:2306.08153, Thm. 4); {g.reason}; "
+               f"{_error_words(c, n, SingleParticipation())}")
         return (dataclasses.replace(g, reason=how, citations=tuple(dict.fromkeys(g.citations + CITATIONS))),)
     if scheme.scheme == "none":
         delta_c, exact = every_step_sensitivity(c, n)
         pattern = f"every {plan.unit} in every one of the {n:,} steps"
+        shape = EveryStep()
     else:
         k = min(scheme.participations, 1 + (n - 1) // scheme.separation)
         delta_c, exact = _min_separation_sensitivity(c, n, k, scheme.separation)
         pattern = f"each {plan.unit} in at most {k:,} steps at least {scheme.separation:,} apart, in any order"
+        shape = MinSeparation(k, scheme.separation)
     how = (f"{words}; {pattern}: the l2 sensitivity of C G is {'' if exact else 'at most '}{delta_c:.6g} clip norms, "
            f"so the run is one Gaussian release with multiplier z / {delta_c:.6g} = {z / delta_c:.6g} (mu-GDP, "
-           f"mu = {delta_c / z:.6g}), charged once; no amplification")
+           f"mu = {delta_c / z:.6g}), charged once; no amplification; {_error_words(c, n, shape)}")
     return (Guarantee.of_plan(plan.unit, plan.relation, (ev.Gaussian(z / delta_c),), 1, how, True, charge="pass",
                               basis="banded matrix factorization: one Gaussian with the strategy's sensitivity",
                               citations=CITATIONS),)

@@ -133,3 +133,19 @@ def test_one_pass_min_separation_with_independent_noise_composes_its_participati
     report = plan_epsilon(_plan({"scheme": "min_separation", "participations": 4, "separation": 16}, z=2.0))
     low, high = gaussian_epsilon_bounds((math.sqrt(4) / 2.0, 0.0), 1e-6)
     assert report.epsilon == pytest.approx(high, rel=1e-6)
+
+
+def test_the_report_states_the_error_beside_independent_noise_at_the_same_epsilon():
+    from metadp.banded_noise import error_ratio
+    from metadp.mechanisms.banded import MinSeparation as Pattern, SingleParticipation, prefix_workload
+    from metadp.mechanisms.banded_opt import dpsgd_error, error
+
+    assert error_ratio((1.0,), 50, SingleParticipation()) == (pytest.approx(1.0, rel=1e-12), 50)  # b = 1: DP-SGD
+    c = banded_coefficients(200, 8)
+    ratio, n = error_ratio(c, 200, Pattern(3, 16))
+    A = prefix_workload(200)  # dense oracle: the same strategy and pattern, errors at noise multiplier 1
+    expected = error(A, banded_toeplitz(np.array(c), 200), Pattern(3, 16)) / dpsgd_error(A, Pattern(3, 16))
+    assert n == 200 and ratio == pytest.approx(expected, rel=1e-12) and ratio < 0.5
+    report = plan_epsilon(_plan({"scheme": "min_separation", "participations": 3, "separation": 16}, steps=200,
+                                bands=8))
+    assert f"{ratio:.3g} x that of independent noise at the same epsilon" in " ".join(report.assumptions)
