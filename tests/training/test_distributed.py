@@ -122,7 +122,7 @@ def test_nproc_2_reports_the_plan_and_says_two_processes(tmp_path):
     assert "2 processes (torch.distributed, gloo)" in two.stdout
     assert two.stdout.count("dp-maml ran the plan") == 1  # rank 0 alone prints
     report = json.loads((tmp_path / "two" / "privacy_report.json").read_text())
-    planned = json.loads(subprocess.run([sys.executable, "-m", "metadp", "plan", str(plan), "--json", "--no-risk"], env=ENV,
+    planned = json.loads(subprocess.run([sys.executable, "-m", "metadp", "plan", str(plan), "--json"], env=ENV,
                                         capture_output=True, text=True, check=True).stdout)
     assert {k: report[k] for k in planned} == planned
     assert (report["processes"], report["backend"]) == (2, "gloo")
