@@ -228,7 +228,7 @@ class TiltedSum:
 
     def upper_profiles(self, xs) -> np.ndarray:
         """``upper_profile`` at every x of ``xs`` at once (a profile read at many points): the body from the
-        cumulative sums of ``_Profile`` (A_j - e^x B_j), raised by their float error, at most (n + 2) u A_j; the
+        cumulative sums of ``_Profile`` (A_j - e^x B_j), raised by their float error (a few n u A_j); the
         round-off term's norm taken at an anchor at or below x (larger: valid) where that term is negligible."""
         xs = np.asarray(xs, dtype=np.float64)
         if xs.size == 0:
@@ -243,7 +243,10 @@ class TiltedSum:
             jj = j[inside]
             with np.errstate(over="ignore"):
                 value = found.a[jj] - np.exp(xs[inside] + found.log_b[jj])
-            body[inside] = np.maximum(value, 0.0) + (n + 2) * 2.0**-53 * found.a[jj]
+            # float error: each cumulative sum within about n u of itself, e^{x + log B} within (|x| + |log B| + 4) u
+            # more (its argument's rounding), and e^x B_j <= A_j on the bins above x: all within this many A_j
+            slack = (2 * n + 16 + 4 * (np.abs(xs[inside]) + np.abs(found.log_b[jj]))) * 2.0**-53
+            body[inside] = np.maximum(value, 0.0) + slack * found.a[jj]
         # error_norm is nonincreasing in x (every g_s shrinks, bins drop out): its value at the nearest of about
         # 24 anchors at or below x bounds it there
         # (a point whose anchor's term exceeds 1e-10 gets its own exact norm: the excess is at most 1e-10 a value)

@@ -32,6 +32,7 @@ from metadp.report import format_lower
 from metadp.verify.audit import audit
 from metadp.verify.claims import accountant_profile, tightest_accountant
 from metadp.verify.crosscheck import crosscheck_dp_event, crosscheck_plan
+from metadp.verify.banded_pipeline import banded_pipeline
 from metadp.verify.pipelines import NoPipelineError, dp_pix_pipeline, pipeline_for, poisson_pipeline
 from metadp.verify.plot import plot_audit
 from metadp.training.run.size import LIMIT_HOURS
@@ -331,8 +332,9 @@ def _plan_pipeline(args):
         raise ValueError(f"noise.multiplier must be in [1e-50, 1e50] for an audit, got {plan.noise.multiplier:g} (outside "
                          "it the per-step log-likelihood ratios overflow float64)")
     shuffle = (s.population, s.batch_size) if s.scheme == "shuffle" else None
-    try:
-        pipe = pipeline_for(step, view.steps, shuffle=shuffle)
+    try:  # banded noise: the correlated mechanism itself (its claim is the view's Gaussian or DP-SGD reduction)
+        pipe = banded_pipeline(plan) if plan.noise.correlation == "banded" else pipeline_for(step, view.steps,
+                                                                                            shuffle=shuffle)
     except NoPipelineError:
         raise ValueError(f"metadp verify plan: no pipeline for sampling.scheme = '{s.scheme}' yet") from None
     try:

@@ -238,3 +238,24 @@ def test_metadp_calibrate_takes_one_target(capsys):
     assert "--target-tpr and --at-fpr go together" in capsys.readouterr().err
     assert main(base + ["--target-tpr", "0.05", "--at-fpr", "0.01", "--target-epsilon", "1"]) == 2
     assert "give one target" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("event, count", [(ev.PoissonSampled(0.01, ev.Gaussian(1.0)), 200),
+                                          (ev.EpisodicSampled(1, 0.0032, 1.0, ev.Gaussian(0.32), 1.0), 20)])
+def test_the_profile_read_at_many_points_bounds_the_one_read_at_each(event, count):
+    # TiltedSum.upper_profiles (cumulative sums, their float error added; anchored round-off norms) is never
+    # below the point-by-point upper_profile (direct sums), and exceeds it by at most 1e-10 plus its float margin
+    from metadp.accounting import _pld_bounds as bounds, _pld_lattice as lattice
+
+    acc = _pld(event, count)
+    items = bounds._canonical(acc._items)
+    tau = 1e-6 * bounds._DELTA_SHARE
+    for direction in range(len(items[0][0])):
+        pairs = [(p[min(direction, len(p) - 1)], c) for p, c in items]
+        h = bounds._snap(lattice.window_estimate(pairs, tau) / 2.0**12, [pairs])
+        lats = [(lattice.lattice_cached(p, h, tau / count), c) for p, c in pairs]
+        up, _, _ = bounds._upper(bounds._items(lats, "up"), lats, None, h, acc.max_memory, None, tau, x=0.0)
+        xs = np.unique(np.concatenate([np.linspace(0, 2, 41), np.geomspace(2, 200, 60)]))
+        each = np.array([up.upper_profile(float(x)) for x in xs])
+        many = up.upper_profiles(xs)
+        assert np.all(many >= each) and np.all(many - each <= 1e-10 + 1e-9 * each)
