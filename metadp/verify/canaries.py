@@ -316,6 +316,19 @@ def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Opt
                        clip=clip, seed=seed, checkpoint_every=max(1, plan.steps))
 
 
+def _verdict(plan, view, steps, scores, included, beta, certified):
+    """(curve, share, epsilon tests, their family, f-DP report, flagged): the verdict's two tests of the claim share
+    its level ``beta``: the epsilon-only game, and (task level, where the unit's certified trade-off curve is the
+    claim) the f-DP recursion on that curve, half each (``one_run_fdp.fdp_audit``)."""
+    curve = certified_curve(plan, steps) if view == "task" and certified is not None else None
+    share = beta / 2 if curve is not None else beta
+    tests, family = guess_and_bound(scores, included, beta=share, delta=plan.delta, claimed_epsilon=certified)
+    fdp = fdp_audit(scores, included, beta=share, delta=plan.delta, curve=curve)
+    flagged = certified is not None and (any(t.p_value_at_claim < share / family for t in tests)
+                                         or (fdp["claim"] is not None and fdp["claim"]["flagged"]))
+    return curve, share, tests, family, fdp, flagged
+
+
 def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, view: str = "task",
                      defect: Optional[str] = None, kind: str = "gradient", beta: float = 0.05,
                      amplitude: float = 50.0, clip: float = 1.0, outer_lr: Optional[float] = None, seed: int = 0,
@@ -364,15 +377,7 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
     report = result.report
     certified, accountant, entry = certified_view(report, view)
     scores = {"white-box": audit.scores, **audit.final_scores(result.params)}
-    # the verdict's two tests of the claim share its level: the epsilon-only game, and (task level, where the
-    # unit's certified trade-off curve is the claim) the f-DP recursion on that curve
-    curve = certified_curve(plan, audit.steps) if view == "task" and certified is not None else None
-    share = beta / 2 if curve is not None else beta
-    tests, family = guess_and_bound(scores, k.included, beta=share, delta=plan.delta, claimed_epsilon=certified)
-    level = share / family
-    fdp = fdp_audit(scores, k.included, beta=share, delta=plan.delta, curve=curve)
-    flagged = certified is not None and (any(t.p_value_at_claim < level for t in tests)
-                                         or (fdp["claim"] is not None and fdp["claim"]["flagged"]))
+    curve, share, tests, family, fdp, flagged = _verdict(plan, view, audit.steps, scores, k.included, beta, certified)
     lower = max(t.epsilon_lower for t in tests)
     out = {
         "audit": "one-run canary audit of a training run", "method": CITATION, "algorithm": algorithm,

@@ -64,9 +64,9 @@ import numpy as np
 from scipy import special
 
 from metadp.accounting._pld_gaussian import gaussian_epsilon_bounds
-from metadp.core.validation import check_count, check_delta, check_real
+from metadp.core.validation import check_delta, check_real
 from metadp.mechanisms.gaussian import ndtr_error
-from metadp.verify.one_run import guesses
+from metadp.verify.one_run import _check_counts, guesses
 
 __all__ = ["fdp_rejects", "fdp_p_value", "mu_lower_bound", "gdp_epsilon", "FdpGuessResult",
            "fdp_guess_and_bound", "curve_g", "curve_p_value", "curve_rejects", "fdp_audit"]
@@ -80,15 +80,6 @@ _NDTR_RANGE = -37.5  # ndtr_error is measured on [-38, 8]
 def _down(x: float) -> float:
     """One ulp towards zero: below the exact value of a nonnegative result rounded to nearest."""
     return math.nextafter(x, 0.0)
-
-
-def _check_counts(m, r, v) -> Tuple[int, int, int]:
-    m = check_count("m", m, minimum=1)
-    r = check_count("r", r)
-    v = check_count("v", v)
-    if not v <= r <= m:
-        raise ValueError(f"need 0 <= v <= r <= m (correct guesses <= guesses <= canaries), got v={v}, r={r}, m={m}")
-    return m, r, v
 
 
 def _phi_inv_lower(y: float) -> float:
