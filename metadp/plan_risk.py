@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.registry import make_accountant
 from metadp.accounting.risk import FPRS, attack_risk
+from metadp.banded_noise import banded_lower
 from metadp.core import events as ev
 from metadp.plan_solve import Solved, Unreachable, _with
 from metadp.units import unit_views
@@ -44,7 +45,10 @@ def with_risk(report, plan, fprs: Sequence[float] = FPRS, charges=None):
              for v in unit_views(plan)}
     primary = next(iter(views.values()))
     events = primary.events or (ev.NonPrivate(),)
-    risk = view_risk(events, primary.steps, primary.relation, report.accountant, fprs)
+    # a banded plan whose event's lower end is not the mechanism's (metadp.banded_noise.banded_lower) has no lower
+    # end here either: only the upper one is computed
+    lower = not (plan.noise.correlation == "banded" and banded_lower(plan) is not None)
+    risk = view_risk(events, primary.steps, primary.relation, report.accountant, fprs, lower=lower)
     others = []
     for other in report.other_units:
         view = views.get(other.get("view") or other["unit"])

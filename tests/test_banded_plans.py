@@ -149,3 +149,14 @@ def test_the_report_states_the_error_beside_independent_noise_at_the_same_epsilo
     report = plan_epsilon(_plan({"scheme": "min_separation", "participations": 3, "separation": 16}, steps=200,
                                 bands=8))
     assert f"{ratio:.3g} x that of independent noise at the same epsilon" in " ".join(report.assumptions)
+
+
+def test_the_attack_risk_has_no_lower_end_where_the_epsilon_has_none():
+    from metadp.plan_risk import with_risk
+
+    # separation 4 < 8 bands: the sensitivity is only a bound, so neither lower end is the mechanism's
+    plan = _plan({"scheme": "min_separation", "participations": 3, "separation": 4}, z=6.0, bands=8)
+    report = with_risk(plan_epsilon(plan), plan)
+    assert report.epsilon_lower == 0.0 and report.risk["tpr_lower"] is None and report.risk["tpr"][0] > 1e-3
+    exact = _plan({"scheme": "min_separation", "participations": 3, "separation": 8}, z=6.0, bands=8)
+    assert with_risk(plan_epsilon(exact), exact).risk["tpr_lower"] is not None

@@ -113,7 +113,9 @@ def tpr_from_profile(fpr: float, epsilons: np.ndarray, deltas: np.ndarray,
 
 def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) -> AttackRisk:
     """The certified attack risk of what ``accountant`` (a ``PldAccountant`` or ``RdpAccountant``) has composed;
-    ``lower=False`` skips the lattice lower ends (a calibration needs the upper end only)."""
+    ``lower=False`` gives no lower ends (a calibration needs the upper end only; a claim whose lower end is not the
+    mechanism's has none)."""
+    lower_end = lower
     fprs = tuple(float(a) for a in fprs)
     if any(not 0.0 < a < 1.0 for a in fprs):
         raise ValueError(f"each FPR must be in (0, 1), got {fprs}")
@@ -129,6 +131,8 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
         lower = np.maximum(gaussian_tpr(low, fprs) * _DOWN, fprs)
         advantage = min(1.0, (2.0 * float(special.ndtr(m / 2.0)) - 1.0) * _UP + 1e-300)
         advantage_lower = max(0.0, (2.0 * float(special.ndtr(low / 2.0)) - 1.0) * _DOWN)
+        if not lower_end:
+            return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0])
         return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0],
                           tuple(float(t) for t in lower), advantage_lower)
     if items is not None:  # an overflow or invalid operation raises (as in the accountant's own bounds): the
@@ -149,7 +153,7 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
         grid = deltas(grid_eps)
     tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas if len(fprs) <= 8 else None) for a in fprs)
     advantage = min(1.0, float(grid[0]) * _UP)
-    if items is None or not lower:
+    if items is None or not lower_end:
         return AttackRisk(fprs, tpr, advantage, method)
     lower = _lower(items, fprs, accountant)
     if lower is None:
