@@ -108,6 +108,24 @@ def _min_separation_sensitivity(c, steps: int, k: int, separation: int) -> Tuple
     return float(sensitivity_min_separation(banded_toeplitz(c, steps), k, separation)) * (1.0 + 2.0**-40), False
 
 
+@functools.lru_cache(maxsize=32)
+def _sensitivity(steps: int, bands: int, scheme) -> Tuple[float, bool, object]:
+    """(sensitivity of C G in clip norms, exact, the participation pattern of ``metadp.mechanisms.banded``) for a
+    plan without amplification (``scheme``: ``none`` or ``min_separation``), computed once for the views and the
+    lower end (``banded_views``, ``banded_lower``)."""
+    c = np.asarray(banded_coefficients(steps, bands))
+    if scheme.scheme == "none":
+        return (*every_step_sensitivity(c, steps), EveryStep())
+    k = scheme.participations_in(steps)
+    return (*_min_separation_sensitivity(c, steps, k, scheme.separation), MinSeparation(k, scheme.separation))
+
+
+def _column_norm(bands: int, steps: int, up: bool) -> float:
+    """||c||, the largest column norm of C (steps >= bands), rounded up (for the upper bound's event) or down (for
+    an event whose lower end bounds the mechanism)."""
+    return float(np.linalg.norm(banded_coefficients(steps, bands))) * (1.0 + (2.0**-50 if up else -2.0**-50))
+
+
 def banded_views(plan) -> Tuple[Guarantee, ...]:
     """The plan's own unit's guarantee under banded noise (module docstring), or a ValueError naming what is not
     supported."""
@@ -121,7 +139,7 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
     if noise.mechanism != "gaussian" or noise.count_noise is not None:
         raise ValueError("noise.correlation = 'banded' needs noise.mechanism = 'gaussian' (no count_noise)")
     c = np.asarray(banded_coefficients(n, bands))
-    zeta = float(np.linalg.norm(c)) * (1.0 + 2.0**-50)  # the largest column norm (n >= b), rounded up
+    zeta = _column_norm(bands, n, up=True)
     z = noise.multiplier
     words = (f"C is the {n:,} x {n:,} lower-triangular Toeplitz strategy with {bands} band(s) (coefficients "
              f"{', '.join(f'{x:.6g}' for x in c[:4])}{', ...' if bands > 4 else ''}; DP-FTRL BandMF, optimised for the "
@@ -136,15 +154,10 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
                f"z / ||c|| = {z / zeta:.6g} (Choquette-Choo et al. 2023, arXiv:2306.08153, Thm. 4); {g.reason}; "
                f"{_error_words(c, n, SingleParticipation())}")
         return (dataclasses.replace(g, reason=how, citations=tuple(dict.fromkeys(g.citations + CITATIONS))),)
-    if scheme.scheme == "none":
-        delta_c, exact = every_step_sensitivity(c, n)
-        pattern = f"every {plan.unit} in every one of the {n:,} steps"
-        shape = EveryStep()
-    else:
-        k = min(scheme.participations, 1 + (n - 1) // scheme.separation)
-        delta_c, exact = _min_separation_sensitivity(c, n, k, scheme.separation)
-        pattern = f"each {plan.unit} in at most {k:,} steps at least {scheme.separation:,} apart, in any order"
-        shape = MinSeparation(k, scheme.separation)
+    delta_c, exact, shape = _sensitivity(n, bands, scheme)
+    pattern = (f"every {plan.unit} in every one of the {n:,} steps" if scheme.scheme == "none" else
+               f"each {plan.unit} in at most {shape.max_participations:,} steps at least {scheme.separation:,} apart, "
+               "in any order")
     how = (f"{words}; {pattern}: the l2 sensitivity of C G is {'' if exact else 'at most '}{delta_c:.6g} clip norms, "
            f"so the run is one Gaussian release with multiplier z / {delta_c:.6g} = {z / delta_c:.6g} (mu-GDP, "
            f"mu = {delta_c / z:.6g}), charged once; no amplification; {_error_words(c, n, shape)}")
@@ -155,7 +168,8 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
 
 def banded_lower(plan):
     """Where the accountant's lower end of a banded plan's event is not one on the mechanism: (attained, note),
-    ``attained`` the (event, count) whose certified lower end is (None: no lower bound, 0), else None.
+    ``attained`` the (event, count) whose certified lower end is (None: no lower bound, 0), ``note`` what the report
+    says of it (None: nothing to say), else None.
 
     * cyclic Poisson, b > 1: group 0 joins steps 0, g, 2g, ...; a participation at step i <= n - b has its full
       column (norm ||c||) in rows i..i+b-1, disjoint from the others' (g >= b), so those releases are exactly
@@ -165,22 +179,18 @@ def banded_lower(plan):
       k participations fit with full columns); otherwise the lower end is that of the bound, not the mechanism's.
     """
     scheme, bands, n = plan.sampling, plan.noise.bands, plan.steps
-    c = np.asarray(banded_coefficients(n, bands))
     if scheme.scheme == "cyclic_poisson":
-        full = (n - bands) // scheme.groups + 1 if n >= bands else 0
-        if bands == 1 or full == math.ceil(n / scheme.groups):
+        if bands == 1:  # C = I: DP-SGD itself, whose lower end the accountant gives
             return None
-        zeta = float(np.linalg.norm(c)) * (1.0 + 2.0**-50)
-        note = (f"the lower end is attained by a unit of group 0 in its {full:,} participations with full columns (the "
-                "last one's column is truncated by the end of training): the DP-SGD reduction's own lower end, over "
-                f"{math.ceil(n / scheme.groups):,} steps, is not one on BandMF")
-        return ((scheme.step_event(ev.Gaussian(plan.noise.multiplier / zeta)), full) if full else None), note
-    if scheme.scheme == "none":
-        exact = every_step_sensitivity(c, n)[1]
-    else:
-        k = min(scheme.participations, 1 + (n - 1) // scheme.separation)
-        exact = _min_separation_sensitivity(c, n, k, scheme.separation)[1]
-    if exact:
+        full = (n - bands) // scheme.groups + 1 if n >= bands else 0
+        note = None if full == math.ceil(n / scheme.groups) else (
+            f"the lower end is attained by a unit of group 0 in its {full:,} participations with full columns (the "
+            "last one's column is truncated by the end of training): the DP-SGD reduction's own lower end, over "
+            f"{math.ceil(n / scheme.groups):,} steps, is not one on BandMF")
+        # ||c|| rounded down here: the event's lower end is then one on the mechanism, whose z / ||c|| is no smaller
+        attained = scheme.step_event(ev.Gaussian(plan.noise.multiplier / _column_norm(bands, n, up=False)))
+        return ((attained, full) if full else None), note
+    if _sensitivity(n, bands, scheme)[1]:  # exact: the Gaussian of the view is attained
         return None
     return None, ("no lower bound: the sensitivity is an upper bound here (C^T C has negative entries, or the "
                   "participations cannot all have full columns), so the Gaussian's lower end is not one on the mechanism")

@@ -338,7 +338,8 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
             own_lower = 0.0 if attained is None else certify((attained[0],), plan.delta, steps=attained[1],
                                                              relation=plan.relation, accountant=names,
                                                              max_seconds=max_seconds).tightest.epsilon_lower
-            best = dataclasses.replace(best, epsilon_lower=min(own_lower, best.epsilon), notes=tuple(best.notes) + (note,))
+            best = dataclasses.replace(best, epsilon_lower=min(own_lower, best.epsilon),
+                                       notes=tuple(best.notes) + ((note,) if note else ()))
             own_lower = None
     if own_lower is not None:
         # the one-pass schemes: a lower bound on the sampler's own epsilon; an accountant's lower end is one for

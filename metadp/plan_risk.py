@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.registry import make_accountant
-from metadp.accounting.risk import FPRS, attack_risk
+from metadp.accounting.risk import FPRS, attack_risk, bracket
 from metadp.banded_noise import banded_lower
 from metadp.core import events as ev
 from metadp.plan_solve import Solved, Unreachable, _with
@@ -45,10 +45,19 @@ def with_risk(report, plan, fprs: Sequence[float] = FPRS, charges=None):
              for v in unit_views(plan)}
     primary = next(iter(views.values()))
     events = primary.events or (ev.NonPrivate(),)
-    # a banded plan whose event's lower end is not the mechanism's (metadp.banded_noise.banded_lower) has no lower
-    # end here either: only the upper one is computed
-    lower = not (plan.noise.correlation == "banded" and banded_lower(plan) is not None)
-    risk = view_risk(events, primary.steps, primary.relation, report.accountant, fprs, lower=lower)
+    lowered = banded_lower(plan) if plan.noise.correlation == "banded" else None
+    risk = view_risk(events, primary.steps, primary.relation, report.accountant, fprs, lower=lowered is None)
+    if lowered is not None and lowered[0] is not None and risk is not None:
+        # the lower ends of the composition named datasets attain (metadp.banded_noise.banded_lower), as the epsilon's
+        event, count = lowered[0]
+        low = view_risk((event,), count, primary.relation, report.accountant, fprs)
+        try:  # crossed ends (ArithmeticError): no lower end is certified, as view_risk treats its own
+            if low is not None and low["tpr_lower"] is not None:
+                tpr_low, advantage_low = bracket(low["tpr_lower"], low["advantage_lower"], risk["tpr"],
+                                                 risk["advantage"])
+                risk = dict(risk, tpr_lower=list(tpr_low), advantage_lower=advantage_low)
+        except ArithmeticError:
+            pass
     others = []
     for other in report.other_units:
         view = views.get(other.get("view") or other["unit"])

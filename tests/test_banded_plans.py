@@ -160,3 +160,18 @@ def test_the_attack_risk_has_no_lower_end_where_the_epsilon_has_none():
     assert report.epsilon_lower == 0.0 and report.risk["tpr_lower"] is None and report.risk["tpr"][0] > 1e-3
     exact = _plan({"scheme": "min_separation", "participations": 3, "separation": 8}, z=6.0, bands=8)
     assert with_risk(plan_epsilon(exact), exact).risk["tpr_lower"] is not None
+
+
+def test_the_cyclic_risk_lower_end_is_that_of_the_participations_with_full_columns():
+    from metadp.banded_noise import banded_lower
+    from metadp.plan_risk import view_risk, with_risk
+
+    plan = _plan(dict(CYCLIC), steps=10, z=1.0, bands=4, delta=1e-5)  # group 0: steps 0, 4 whole, 8 cut
+    (event, count), note = banded_lower(plan)
+    assert count == 2 and "full columns" in note
+    risk = with_risk(plan_epsilon(plan), plan).risk
+    attained = view_risk((event,), count, "add_remove", "pld")
+    assert risk["tpr_lower"] == pytest.approx(attained["tpr_lower"], rel=1e-12)
+    assert all(lo <= up for lo, up in zip(risk["tpr_lower"], risk["tpr"]))
+    whole = _plan(dict(CYCLIC), steps=8, z=1.0, bands=4, delta=1e-5)  # both of group 0's columns whole: no note
+    assert banded_lower(whole)[0][1] == 2 and banded_lower(whole)[1] is None

@@ -17,6 +17,7 @@ import subprocess
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import metadp.cli
@@ -351,3 +352,27 @@ def test_the_sentence_states_the_certified_attack_risk_and_cites_its_theorem(cap
     assert "@article{dong2022gaussian," in out and "dong2022gaussian" in out.split("\\cite{", 1)[1].split("}", 1)[0]
     assert main(["cite", str(ROOT / "examples" / "dp_reptile_task_global.toml"), "--no-risk"]) == 0
     assert "membership test" not in capsys.readouterr().out
+
+
+def test_the_latex_table_has_a_tpr_column_per_fpr_and_the_sentence_both_ends():
+    # dp_reptile_task_global: 2 Gaussian steps at z = 0.661, no sampling: mu = sqrt(2) / 0.661 exactly, and the
+    # best test's TPR at FPR a is Phi(Phi^-1(a) + mu) (Dong, Roth & Su, Cor. 3.3): each cell an upper bound on it
+    # within 4 significant digits, each lower end in the sentence below it within the same
+    from scipy import special
+
+    from metadp.cite import cite
+    from metadp.plan import load_plan, plan_epsilon
+    from metadp.plan_risk import with_risk
+
+    plan = load_plan(ROOT / "examples" / "dp_reptile_task_global.toml")
+    citation = cite(with_risk(plan_epsilon(plan), plan))
+    header, row = [line for line in citation.table.splitlines() if line.endswith("\\\\")][:2]
+    assert "TPR at 0.1\\% FPR & TPR at 1\\% FPR & TPR at 10\\% FPR & Accountant" in header
+    cells = row.split(" & ")
+    assert len(cells) == 9  # unit, relation, sampling, epsilon, delta, three TPRs, accountant
+    exact = 100 * special.ndtr(special.ndtri(np.array([1e-3, 1e-2, 1e-1])) + math.sqrt(2) / 0.661)
+    printed = [float(re.search(r"\$\\le ([0-9.]+)\\%\$", c).group(1)) for c in cells[5:8]]
+    assert all(t <= p <= t * (1 + 1e-3) for t, p in zip(exact, printed)), (exact, printed)
+    lows = re.search(r"it reaches at least (.*?) at the same false-positive rates", citation.sentence).group(1)
+    low = [float(x) for x in re.findall(r"\$([0-9.]+)\\%\$", lows)]
+    assert all(t * (1 - 1e-3) <= lo <= t for t, lo in zip(exact, low)), (exact, low)

@@ -397,18 +397,25 @@ def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:
     return out
 
 
-def profile_upper(items, reference: float, max_points: int, max_memory: int, floor: float = 0.0):
-    """A function eps -> certified upper bounds on delta(eps) (the larger of the two directions) for eps >= floor:
-    one composed upper lattice sum per direction, built once, read at every eps (``upper_profile`` plus what is
-    charged: valid for every eps at or above the window's floor, which is set below ``floor``). Truncations are
-    sized for deltas near ``reference``: each adds at most its share of it to every value."""
+def risk_lattice(items, reference: float, max_points: int):
+    """(pairs per direction, spacing h, truncation level tau, steps n) of the attack-risk lattice: about 2^14 points
+    across the composed sum's window (at most ``max_points``), truncations sized for masses near ``reference``;
+    shared by the upper profile here and the lower ends (``_pld_tpr``), so both read the same lattices."""
     items = _canonical(items)
     n = sum(c for _, c in items)
     tau = _DELTA_SHARE * reference
     directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
     per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
     width = max(_lat.window_estimate(pairs, tau) for pairs in per_direction)
-    h = _snap(max(width / 2.0**14, width / (0.95 * max_points)), per_direction)
+    return per_direction, _snap(max(width / 2.0**14, width / (0.95 * max_points)), per_direction), tau, n
+
+
+def profile_upper(items, reference: float, max_points: int, max_memory: int, floor: float = 0.0):
+    """A function eps -> certified upper bounds on delta(eps) (the larger of the two directions) for eps >= floor:
+    one composed upper lattice sum per direction, built once, read at every eps (``upper_profile`` plus what is
+    charged: valid for every eps at or above the window's floor, which is set below ``floor``). Truncations are
+    sized for deltas near ``reference``: each adds at most its share of it to every value."""
+    per_direction, h, tau, n = risk_lattice(items, reference, max_points)
     sums = []
     for pairs in per_direction:
         lattices = [(_lat.lattice_cached(pair, h, tau / n), c) for pair, c in pairs]

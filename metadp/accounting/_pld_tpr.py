@@ -33,7 +33,6 @@ from metadp.accounting import _pld_compose as _comp
 from metadp.accounting import _pld_lattice as _lat
 from metadp.accounting import _pld_window as _win
 from metadp.accounting._pld_event import _event
-from metadp.accounting._pld_window import DELTA_SHARE as _DELTA_SHARE
 
 __all__ = []
 
@@ -108,13 +107,7 @@ def tpr_lower(items, fprs: Sequence[float], reference: float, max_points: int, m
     """(TPR lower bounds at ``fprs``, advantage lower bound) of the composed ``items`` (pairs, count): the larger
     over the directions, less ``slack`` (the attained pairs' total-variation slack, module docstring);
     truncations sized for masses near ``reference``."""
-    items = _bounds._canonical(items)
-    n = sum(c for _, c in items)
-    tau = _DELTA_SHARE * reference
-    directions = 2 if any(len(pairs) == 2 for pairs, _ in items) else 1
-    per_direction = [[(pairs[min(d, len(pairs) - 1)], c) for pairs, c in items] for d in range(directions)]
-    width = max(_lat.window_estimate(pairs, tau) for pairs in per_direction)
-    h = _bounds._snap(max(width / 2.0**14, width / (0.95 * max_points)), per_direction)
+    per_direction, h, tau, n = _bounds.risk_lattice(items, reference, max_points)
     best, advantage = list(fprs), 0.0
     for pairs in per_direction:
         tprs, adv = _direction(pairs, fprs, h, tau, tau / n, max_memory)

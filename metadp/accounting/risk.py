@@ -45,7 +45,7 @@ from metadp.accounting._pld_gaussian import gaussian_mu
 from metadp.accounting._pld_tpr import tpr_lower
 from metadp.accounting.pld import _attained
 
-__all__ = ["FPRS", "AttackRisk", "tpr_from_profile", "attack_risk", "gaussian_tpr"]
+__all__ = ["FPRS", "AttackRisk", "tpr_from_profile", "attack_risk", "gaussian_tpr", "bracket"]
 
 FPRS = (1e-3, 1e-2, 1e-1)  # the false-positive rates reports print (jax_privacy's docs ask for the low ones)
 _UP = 1.0 + 1e-12  # the relative margin on the closed forms (special functions to a few ulps)
@@ -115,7 +115,6 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
     """The certified attack risk of what ``accountant`` (a ``PldAccountant`` or ``RdpAccountant``) has composed;
     ``lower=False`` gives no lower ends (a calibration needs the upper end only; a claim whose lower end is not the
     mechanism's has none)."""
-    lower_end = lower
     fprs = tuple(float(a) for a in fprs)
     if any(not 0.0 < a < 1.0 for a in fprs):
         raise ValueError(f"each FPR must be in (0, 1), got {fprs}")
@@ -127,14 +126,13 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
     mu = gaussian_mu(items) if items is not None else None
     if mu is not None:
         m, low = mu[0] * (1.0 + mu[1]), mu[0] * (1.0 - mu[1])
-        tpr = np.minimum(gaussian_tpr(m, fprs) * _UP, 1.0)
-        lower = np.maximum(gaussian_tpr(low, fprs) * _DOWN, fprs)
+        tpr = tuple(float(t) for t in np.minimum(gaussian_tpr(m, fprs) * _UP, 1.0))
         advantage = min(1.0, (2.0 * float(special.ndtr(m / 2.0)) - 1.0) * _UP + 1e-300)
-        advantage_lower = max(0.0, (2.0 * float(special.ndtr(low / 2.0)) - 1.0) * _DOWN)
-        if not lower_end:
-            return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0])
-        return AttackRisk(fprs, tuple(float(t) for t in tpr), advantage, "exact mu-GDP", mu[0],
-                          tuple(float(t) for t in lower), advantage_lower)
+        if not lower:
+            return AttackRisk(fprs, tpr, advantage, "exact mu-GDP", mu[0])
+        tpr_low = tuple(float(t) for t in np.maximum(gaussian_tpr(low, fprs) * _DOWN, fprs))
+        advantage_low = max(0.0, (2.0 * float(special.ndtr(low / 2.0)) - 1.0) * _DOWN)
+        return AttackRisk(fprs, tpr, advantage, "exact mu-GDP", mu[0], tpr_low, advantage_low)
     if items is not None:  # an overflow or invalid operation raises (as in the accountant's own bounds): the
         # profile cannot be certified at this scale, and the caller turns to RDP (metadp.plan_risk)
         with np.errstate(over="raise", invalid="raise"):
@@ -153,15 +151,22 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
         grid = deltas(grid_eps)
     tpr = tuple(tpr_from_profile(a, grid_eps, grid, deltas if len(fprs) <= 8 else None) for a in fprs)
     advantage = min(1.0, float(grid[0]) * _UP)
-    if items is None or not lower_end:
+    if items is None or not lower:
         return AttackRisk(fprs, tpr, advantage, method)
-    lower = _lower(items, fprs, accountant)
-    if lower is None:
+    found = _lower(items, fprs, accountant)
+    if found is None:
         return AttackRisk(fprs, tpr, advantage, method)
-    # the two ends come from different lattices; each is certified, so the lower can only exceed the upper by
-    # the float rounding of both: clamp to it
-    return AttackRisk(fprs, tpr, advantage, method, None, tuple(min(lo, up) for lo, up in zip(lower[0], tpr)),
-                      min(lower[1], advantage))
+    return AttackRisk(fprs, tpr, advantage, method, None, *bracket(found[0], found[1], tpr, advantage))
+
+
+def bracket(tpr_lower, advantage_lower, tpr, advantage) -> Tuple[Tuple[float, ...], float]:
+    """The lower ends clamped to the upper ones. The two ends come from different computations, each certified, so a
+    lower end can exceed its upper end only by the float rounding of both (1e-9 relative here); beyond that one of
+    them is wrong, and ArithmeticError says so (callers then give no certificate rather than a crossed bracket)."""
+    pairs = list(zip(tpr_lower, tpr)) + [(advantage_lower, advantage)]
+    if any(lo > up * (1.0 + 1e-9) + 1e-15 for lo, up in pairs):
+        raise ArithmeticError(f"a certified lower end is above its upper end: {pairs}")
+    return tuple(min(lo, up) for lo, up in zip(tpr_lower, tpr)), min(advantage_lower, advantage)
 
 
 def _lower(items, fprs, accountant):

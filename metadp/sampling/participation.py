@@ -28,6 +28,12 @@ from metadp.sampling.base import Sampling, _counts, register
 __all__ = ["CyclicPoisson", "MinSeparation"]
 
 
+def _one_unit(unit: str, scheme: str) -> None:
+    if unit == "group":
+        raise ValueError(f"unit = 'group' is not available with sampling.scheme = '{scheme}' (its bounds are for one "
+                         "unit)")
+
+
 @register()
 @dataclasses.dataclass(frozen=True)
 class CyclicPoisson(Sampling):
@@ -91,8 +97,7 @@ class CyclicPoisson(Sampling):
         return math.ceil(steps / self.groups)
 
     def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
-        if unit == "group":
-            raise ValueError("unit = 'group' is not available with sampling.scheme = 'cyclic_poisson'")
+        _one_unit(unit, self.scheme)
         passes = self.releases(steps)
         how = (f"{steps:,} steps in {passes:,} pass(es) of {self.groups:,}: each {unit} is in one fixed group and "
                f"joins only that group's step of a pass, with probability {self.rate:g}; a partial last pass charged "
@@ -156,15 +161,19 @@ class MinSeparation(Sampling):
     def releases(self, steps: int) -> int:
         return 1
 
+    def participations_in(self, steps: int) -> int:
+        """The most participations that fit in ``steps`` steps: at most ``participations``, at least
+        ``separation`` apart (steps 0, s, 2s, ...)."""
+        return min(self.participations, 1 + (steps - 1) // self.separation)
+
     def run_event(self, inner: ev.Event, steps: int) -> ev.Event:
         """The whole run for one unit with independent noise: ``inner`` once per participation that fits."""
-        k = min(self.participations, 1 + (steps - 1) // self.separation)
+        k = self.participations_in(steps)
         return inner if k == 1 else ev.SelfComposed(inner, k)
 
     def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
-        if unit == "group":
-            raise ValueError("unit = 'group' is not available with sampling.scheme = 'min_separation'")
-        k = min(self.participations, 1 + (steps - 1) // self.separation)
+        _one_unit(unit, self.scheme)
+        k = self.participations_in(steps)
         how = (f"each {unit} in at most {k:,} of the {steps:,} steps, any two at least {self.separation:,} apart, "
                "in any order: the run charged once, the composition of its releases")
         return (self._own(unit, relation, self.run_event(inner, steps), 1, how),)

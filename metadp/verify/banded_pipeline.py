@@ -71,7 +71,7 @@ def banded_pipeline(plan, noise_factor: float = 1.0) -> Pipeline:
         if scheme.scheme == "none":
             s0[:] = 1.0
         else:
-            k = min(scheme.participations, 1 + (n - 1) // scheme.separation)
+            k = scheme.participations_in(n)
             s0[np.arange(k) * scheme.separation] = 1.0
         v = _apply(c, s0[None, :])[0]
 

@@ -259,3 +259,11 @@ def test_the_profile_read_at_many_points_bounds_the_one_read_at_each(event, coun
         each = np.array([up.upper_profile(float(x)) for x in xs])
         many = up.upper_profiles(xs)
         assert np.all(many >= each) and np.all(many - each <= 1e-10 + 1e-9 * each)
+
+
+def test_a_crossed_bracket_is_refused_and_rounding_is_clamped():
+    from metadp.accounting.risk import bracket
+
+    assert bracket((0.5 + 1e-12,), 0.2, (0.5,), 0.2) == ((0.5,), 0.2)  # float rounding: clamped
+    with pytest.raises(ArithmeticError, match="lower end is above its upper end"):
+        bracket((0.51,), 0.2, (0.5,), 0.2)
