@@ -335,10 +335,11 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
         lowered = banded_lower(plan)
         if lowered is not None:
             attained, note = lowered
-            own_lower = 0.0 if attained is None else certify((attained[0],), plan.delta, steps=attained[1],
-                                                             relation=plan.relation, accountant=names,
-                                                             max_seconds=max_seconds).tightest.epsilon_lower
-            best = dataclasses.replace(best, epsilon_lower=min(own_lower, best.epsilon),
+            lows = [0.0] if attained is None else [
+                c.epsilon_lower for c in certify((attained[0],), plan.delta, steps=attained[1], relation=plan.relation,
+                                                 accountant=names, max_seconds=max_seconds).certificates
+                if c.epsilon_lower is not None]  # the best lower end any accountant gives (RDP gives none)
+            best = dataclasses.replace(best, epsilon_lower=min(max(lows), best.epsilon) if lows else None,
                                        notes=tuple(best.notes) + ((note,) if note else ()))
             own_lower = None
     if own_lower is not None:
