@@ -32,12 +32,12 @@ from typing import Tuple
 import numpy as np
 
 from metadp.core import events as ev
-from metadp.mechanisms.banded import (EveryStep, MinSeparation, SingleParticipation, prefix_workload,
+from metadp.mechanisms.banded import (EveryStep, MinSeparation, SingleParticipation, momentum_workload, prefix_workload,
                                      sensitivity_every_step, sensitivity_min_separation)
 from metadp.mechanisms.banded_opt import banded_toeplitz, dpsgd_error, error, optimize_banded_toeplitz
 from metadp.sampling.guarantee import Guarantee
 
-__all__ = ["banded_coefficients", "every_step_sensitivity", "error_ratio", "banded_views", "banded_lower",
+__all__ = ["banded_coefficients", "plan_coefficients", "every_step_sensitivity", "error_ratio", "banded_views", "banded_lower",
            "BANDED_SCHEMES"]
 
 _HORIZON = 2048  # the optimiser's horizon: the coefficients of a longer plan are optimised on this many steps
@@ -47,14 +47,27 @@ CITATIONS = ("choquette2023amplified", "denisov2022improved")
 
 
 @functools.lru_cache(maxsize=32)
-def banded_coefficients(steps: int, bands: int) -> Tuple[float, ...]:
+def banded_coefficients(steps: int, bands: int, momentum: float = 0.0) -> Tuple[float, ...]:
     """The b band coefficients c_0..c_{b-1} (||c|| = 1 up to rounding) of the strategy for ``steps`` steps: the
-    optimiser's (prefix workload, at most ``_HORIZON`` steps), rounded to 12 significant digits so that a run and
+    optimiser's (the prefix workload, or SGD with heavy-ball ``momentum``'s: :func:`workload`; at most ``_HORIZON``
+    steps), rounded to 12 significant digits so that a run and
     its plan use the very same numbers (every bound here is computed from the rounded ones)."""
     if bands > steps:
         raise ValueError(f"noise.bands = {bands} is more than the plan's {steps} steps")
-    c = optimize_banded_toeplitz(prefix_workload(min(steps, _HORIZON)), bands) if bands > 1 else np.ones(1)
+    c = optimize_banded_toeplitz(workload(min(steps, _HORIZON), momentum), bands) if bands > 1 else np.ones(1)
     return tuple(float(f"{x:.12g}") for x in c)
+
+
+def workload(n: int, momentum: float = 0.0) -> np.ndarray:
+    """The n x n workload C is optimised for: prefix sums (SGD's iterates), or with ``momentum`` > 0 the iterates of
+    SGD with heavy-ball momentum (``metadp.mechanisms.banded.momentum_workload``)."""
+    return momentum_workload(n, momentum) if momentum else prefix_workload(n)
+
+
+def plan_coefficients(plan) -> Tuple[float, ...]:
+    """The coefficients a banded plan's noise uses: optimised for ``noise.horizon`` steps, or the plan's steps (the
+    run's own numbers, also when a run stopped early is reported as a plan of fewer steps)."""
+    return banded_coefficients(plan.noise.horizon or plan.steps, plan.noise.bands, plan.noise.momentum or 0.0)
 
 
 def every_step_sensitivity(coefficients, steps: int) -> Tuple[float, bool]:
@@ -78,20 +91,22 @@ def every_step_sensitivity(coefficients, steps: int) -> Tuple[float, bool]:
     return math.sqrt(total * (1.0 + 4 * b * b * 2.0**-52)), exact  # the float sums, rounded up
 
 
-def error_ratio(coefficients, steps: int, pattern) -> Tuple[float, int]:
-    """(ratio, n): the expected squared error of the released prefix sums with the strategy over that of
+def error_ratio(coefficients, steps: int, pattern, momentum: float = 0.0) -> Tuple[float, int]:
+    """(ratio, n): the expected squared error of the released workload (prefix sums, or momentum SGD's iterates)
+    with the strategy over that of
     independent noise (C = I) at the same epsilon, on the first n = min(steps, ``_HORIZON``) steps: Delta(C)^2
     ||A C^-1||_F^2 over Delta(I)^2 ||A||_F^2 (``banded_opt.error``), Delta the sensitivity under ``pattern``
     (single participation where the guarantee is amplified: the same z / ||c|| gives the same epsilon there)."""
     n = min(int(steps), _HORIZON)
-    A = prefix_workload(n)
+    A = workload(n, momentum)
     return error(A, banded_toeplitz(np.asarray(coefficients), n), pattern) / dpsgd_error(A, pattern), n
 
 
-def _error_words(coefficients, steps: int, pattern) -> str:
-    ratio, n = error_ratio(coefficients, steps, pattern)
+def _error_words(coefficients, steps: int, pattern, momentum: float) -> str:
+    ratio, n = error_ratio(coefficients, steps, pattern, momentum)
     on = "" if n == steps else f", on the first {n:,} steps"
-    return (f"the expected squared error of the released prefix sums is {ratio:.3g} x that of independent noise at "
+    sums = f"momentum-{momentum:g} SGD iterates" if momentum else "prefix sums"
+    return (f"the expected squared error of the released {sums} is {ratio:.3g} x that of independent noise at "
             f"the same epsilon (metadp.mechanisms.banded_opt{on})")
 
 
@@ -109,21 +124,21 @@ def _min_separation_sensitivity(c, steps: int, k: int, separation: int) -> Tuple
 
 
 @functools.lru_cache(maxsize=32)
-def _sensitivity(steps: int, bands: int, scheme) -> Tuple[float, bool, object]:
+def _sensitivity(coefficients: Tuple[float, ...], steps: int, scheme) -> Tuple[float, bool, object]:
     """(sensitivity of C G in clip norms, exact, the participation pattern of ``metadp.mechanisms.banded``) for a
     plan without amplification (``scheme``: ``none`` or ``min_separation``), computed once for the views and the
     lower end (``banded_views``, ``banded_lower``)."""
-    c = np.asarray(banded_coefficients(steps, bands))
+    c = np.asarray(coefficients)
     if scheme.scheme == "none":
         return (*every_step_sensitivity(c, steps), EveryStep())
     k = scheme.participations_in(steps)
     return (*_min_separation_sensitivity(c, steps, k, scheme.separation), MinSeparation(k, scheme.separation))
 
 
-def _column_norm(bands: int, steps: int, up: bool) -> float:
+def _column_norm(coefficients: Tuple[float, ...], up: bool) -> float:
     """||c||, the largest column norm of C (steps >= bands), rounded up (for the upper bound's event) or down (for
     an event whose lower end bounds the mechanism)."""
-    return float(np.linalg.norm(banded_coefficients(steps, bands))) * (1.0 + (2.0**-50 if up else -2.0**-50))
+    return float(np.linalg.norm(coefficients)) * (1.0 + (2.0**-50 if up else -2.0**-50))
 
 
 def banded_views(plan) -> Tuple[Guarantee, ...]:
@@ -138,12 +153,19 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
                          "record_multiplicity")
     if noise.mechanism != "gaussian" or noise.count_noise is not None:
         raise ValueError("noise.correlation = 'banded' needs noise.mechanism = 'gaussian' (no count_noise)")
-    c = np.asarray(banded_coefficients(n, bands))
-    zeta = _column_norm(bands, n, up=True)
-    z = noise.multiplier
+    if plan.release is not None and plan.release.form != "task_clip":
+        raise ValueError(f"noise.correlation = 'banded' is certified for the clipped sum of the tasks' updates "
+                         f"(release.form = 'task_clip'), not release.form = '{plan.release.form}'")
+    if bands > n:
+        raise ValueError(f"noise.bands = {bands} is more than the plan's {n} steps")
+    coefficients = plan_coefficients(plan)
+    c = np.asarray(coefficients)
+    zeta = _column_norm(coefficients, up=True)
+    z, m = noise.multiplier, noise.momentum or 0.0
     words = (f"C is the {n:,} x {n:,} lower-triangular Toeplitz strategy with {bands} band(s) (coefficients "
              f"{', '.join(f'{x:.6g}' for x in c[:4])}{', ...' if bands > 4 else ''}; DP-FTRL BandMF, optimised for the "
-             "prefix workload); the released sums are a post-processing of C G + Z")
+             f"{f'momentum-{m:g} SGD' if m else 'prefix'} workload"
+             f"{'' if noise.horizon is None else f' of {noise.horizon:,} steps'}); the released sums are a post-processing of C G + Z")
     if scheme.scheme == "cyclic_poisson":
         if bands > scheme.groups:
             raise ValueError(f"noise.bands = {bands} exceeds sampling.groups = {scheme.groups}: the amplified "
@@ -152,15 +174,15 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
         how = (f"{words}; with cyclic Poisson participation of {scheme.groups:,} groups (at least the bands), every "
                f"guarantee of DP-SGD with Poisson rate {scheme.rate:g}, {g.steps:,} steps and noise multiplier "
                f"z / ||c|| = {z / zeta:.6g} (Choquette-Choo et al. 2023, arXiv:2306.08153, Thm. 4); {g.reason}; "
-               f"{_error_words(c, n, SingleParticipation())}")
+               f"{_error_words(c, n, SingleParticipation(), m)}")
         return (dataclasses.replace(g, reason=how, citations=tuple(dict.fromkeys(g.citations + CITATIONS))),)
-    delta_c, exact, shape = _sensitivity(n, bands, scheme)
+    delta_c, exact, shape = _sensitivity(coefficients, n, scheme)
     pattern = (f"every {plan.unit} in every one of the {n:,} steps" if scheme.scheme == "none" else
                f"each {plan.unit} in at most {shape.max_participations:,} steps at least {scheme.separation:,} apart, "
                "in any order")
     how = (f"{words}; {pattern}: the l2 sensitivity of C G is {'' if exact else 'at most '}{delta_c:.6g} clip norms, "
            f"so the run is one Gaussian release with multiplier z / {delta_c:.6g} = {z / delta_c:.6g} (mu-GDP, "
-           f"mu = {delta_c / z:.6g}), charged once; no amplification; {_error_words(c, n, shape)}")
+           f"mu = {delta_c / z:.6g}), charged once; no amplification; {_error_words(c, n, shape, m)}")
     return (Guarantee.of_plan(plan.unit, plan.relation, (ev.Gaussian(z / delta_c),), 1, how, True, charge="pass",
                               basis="banded matrix factorization: one Gaussian with the strategy's sensitivity",
                               citations=CITATIONS),)
@@ -188,9 +210,9 @@ def banded_lower(plan):
             "last one's column is truncated by the end of training): the DP-SGD reduction's own lower end, over "
             f"{math.ceil(n / scheme.groups):,} steps, is not one on BandMF")
         # ||c|| rounded down here: the event's lower end is then one on the mechanism, whose z / ||c|| is no smaller
-        attained = scheme.step_event(ev.Gaussian(plan.noise.multiplier / _column_norm(bands, n, up=False)))
+        attained = scheme.step_event(ev.Gaussian(plan.noise.multiplier / _column_norm(plan_coefficients(plan), up=False)))
         return ((attained, full) if full else None), note
-    if _sensitivity(n, bands, scheme)[1]:  # exact: the Gaussian of the view is attained
+    if _sensitivity(plan_coefficients(plan), n, scheme)[1]:  # exact: the Gaussian of the view is attained
         return None
     return None, ("no lower bound: the sensitivity is an upper bound here (C^T C has negative entries, or the "
                   "participations cannot all have full columns), so the Gaussian's lower end is not one on the mechanism")

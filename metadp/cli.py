@@ -8,25 +8,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import math
 import sys
 from pathlib import Path
 from typing import List, Optional
 
-from tqdm import tqdm
-
 from metadp import __version__
+from metadp.calibrate_command import add_calibrate_parser, run_calibrate
 from metadp.cite import cite
+from metadp.cli_flags import check_sampling_flags, emit, number, output_options, plan_dict, plan_options
 from metadp.heartbeat import Heartbeat
 from metadp.integrations._event_report import event_report
-from metadp.accounting.risk import FPRS as RISK_FPRS
-from metadp.report import format_upper
-from metadp.plan_risk import calibrate_for_tpr, with_risk
+from metadp.plan_risk import with_risk
 from metadp.integrations.dp_accounting import conversion_assumptions, default_relation, from_dp_event, load_dp_event
 from metadp.plan import Plan, default_plan, load_plan, plan_epsilon
 from metadp.plan_plot import check_plot_path, plot_plan, require_matplotlib
-from metadp.plan_solve import Unreachable, calibrate_plan
 from metadp.training.run.parser import add_train_parser
 from metadp.verify.command import add_verify_parser, run_verify
 
@@ -65,14 +60,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="report the certified (epsilon, delta) of a plan file (default: built-in DP-MAML plan)",
                        epilog=_EXAMPLES["plan"], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="TOML plan file (docs/plan-format.md); omitted: the built-in default plan")
-    _output_options(p)
+    output_options(p)
     p.add_argument("--plot", metavar="FILE", help="also draw epsilon over steps (and over units) to FILE (.png or .pdf; "
                    "needs matplotlib: pip install \"metadp[plot]\")")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     d = p.add_argument_group("a dp-accounting event instead of a plan file (metadp.integrations.dp_accounting)")
     d.add_argument("--dp-event", metavar="FILE", help="JSON of a DpEvent's named-tuple form (module_name, class_name, "
                    "fields; nested events as objects)")
-    d.add_argument("--delta", type=_number("--delta", float), help="target delta in (0, 1) (required with --dp-event)")
+    d.add_argument("--delta", type=number("--delta", float), help="target delta in (0, 1) (required with --dp-event)")
     d.add_argument("--unit", choices=("record", "task"), help="the privacy unit the event's sensitivity is per "
                    "(default record)")
     d.add_argument("--relation", choices=("add_remove", "substitute"), help="neighbouring relation (default: "
@@ -95,106 +90,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("epsilon", help="certified epsilon of a sampled Gaussian plan given on the command line",
                        epilog=_EXAMPLES["epsilon"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    _plan_options(e, noise_required=True)
-    e.add_argument("--steps", type=_number("--steps", int), required=True, help="number of noisy steps")
-    _output_options(e)
+    plan_options(e, noise_required=True)
+    e.add_argument("--steps", type=number("--steps", int), required=True, help="number of noisy steps")
+    output_options(e)
 
-    c = sub.add_parser("calibrate", help="solve for the noise, steps or rate that meets a target epsilon or attack TPR",
-                       epilog=_EXAMPLES["calibrate"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("--target-epsilon", type=_number("--target-epsilon", float), help="the epsilon to meet (or "
-                   "--target-tpr)")
-    c.add_argument("--target-tpr", type=_number("--target-tpr", float),
-                   help="instead of an epsilon: the most TPR the best membership test may reach at --at-fpr "
-                        "(certified; solves what --solve names)")
-    c.add_argument("--at-fpr", type=_number("--at-fpr", float), help="the false-positive rate of --target-tpr")
-    _plan_options(c, noise_required=False, calibrate=True)
-    c.add_argument("--steps", type=_number("--steps", int), help="number of noisy steps (solved for with --solve steps)")
-    c.add_argument("--solve", choices=("noise", "steps", "rate"), default="noise", help="what to solve for (default noise)")
-    _output_options(c, latex=False)
+    add_calibrate_parser(sub, _EXAMPLES["calibrate"], argparse.RawDescriptionHelpFormatter)
+
+    add_verify_parser(sub, number, argparse.RawDescriptionHelpFormatter)
 
 
-    add_verify_parser(sub, _number, argparse.RawDescriptionHelpFormatter)
-
-
-    add_train_parser(sub, _number, argparse.RawDescriptionHelpFormatter)
+    add_train_parser(sub, number, argparse.RawDescriptionHelpFormatter)
     return parser
-
-
-def _number(flag: str, kind):
-    def parse(text: str):
-        try:
-            return kind(text) if kind is float else _parse_int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a {'number' if kind is float else 'whole number'}, got {text!r}")
-    return parse
-
-
-def _parse_int(text: str) -> int:
-    value = float(text)
-    if not math.isfinite(value) or value != int(value):
-        raise ValueError(text)
-    return int(value)
-
-
-def _plan_options(p: argparse.ArgumentParser, noise_required: bool, calibrate: bool = False) -> None:
-    p.add_argument("--sampling", choices=("poisson", "fixed", "none"), required=True, help="how units are sampled per step")
-    p.add_argument("--rate", type=_number("--rate", float), help="Poisson sampling probability in [0, 1]")
-    p.add_argument("--batch", type=_number("--batch", int), help="batch size (fixed; or expected size for poisson)")
-    p.add_argument("--population", type=_number("--population", int), help="number of units sampled from")
-    p.add_argument("--noise", type=_number("--noise", float), required=noise_required, help="noise multiplier sigma / clip norm")
-    p.add_argument("--delta", type=_number("--delta", float), required=True, help="target delta in (0, 1)")
-    p.add_argument("--unit", choices=("record", "task"), default="record", help="privacy unit (default record)")
-    if calibrate:
-        p.add_argument("--accountant", choices=("rdp", "pld"), default="pld",
-                       help="accountant whose certified bound must meet the target (default pld, the tight one)")
-    else:
-        p.add_argument("--accountant", choices=("rdp", "pld", "all"), default="all",
-                       help="rdp, pld (tight, with a certified lower bound) or all (default: every accountant "
-                            "that handles the plan, the tightest reported)")
-
-
-def _output_options(p: argparse.ArgumentParser, latex: bool = True) -> None:
-    formats = p.add_mutually_exclusive_group()  # one output format: "--json --latex" is refused
-    formats.add_argument("--json", action="store_true", help="print the report as JSON")
-    if latex:
-        formats.add_argument("--latex", action="store_true", help="print the report as a LaTeX table row")
-    if p.prog.endswith("plan"):
-        p.add_argument("--accountant", choices=("rdp", "pld", "all"), default=None,
-                       help="override the plan's accountant (pld: tight, with a lower bound; all: every one)")
-        p.add_argument("--no-risk", action="store_true",
-                       help="leave out the certified attack risk (TPR at FPR 0.1%%, 1%%, 10%%; advantage) per unit")
-
-
-def _check_sampling_flags(args) -> None:
-    """Refuses flags that would contradict each other (never drop one silently)."""
-    if args.sampling == "poisson" and args.rate is not None and args.batch is not None:
-        raise ValueError(f"--rate {args.rate:g} and --batch {args.batch} both set the poisson sampling rate "
-                         "(rate = batch / population): give one of them")
-
-
-def _plan_dict(args, noise: Optional[float], steps: Optional[int], rate: Optional[float] = None) -> dict:
-    sampling = {"scheme": args.sampling}
-    rate = args.rate if rate is None else rate
-    if rate is not None:
-        sampling["rate"] = rate
-    if args.batch is not None:
-        sampling["batch_size"] = args.batch
-    if args.population is not None:
-        sampling["population"] = args.population
-    accountant = args.accountant
-    d = {"name": "command-line plan", "unit": args.unit, "delta": args.delta, "accountant": accountant,
-         "sampling": sampling, "noise": {"mechanism": "gaussian", "multiplier": noise if noise is not None else 1.0}}
-    d["steps"] = steps if steps is not None else 1
-    return d
-
-
-def _emit(report, args) -> None:
-    if getattr(args, "json", False):
-        print(report.to_json())
-    elif getattr(args, "latex", False):
-        print(report.to_latex())
-    else:
-        print(report.to_table())
 
 
 def _check_file_flags(args, *flags: str) -> None:
@@ -224,7 +130,7 @@ def _cmd_plan(args) -> None:
     report = plan_epsilon(plan, accountant=args.accountant)
     if not args.no_risk:
         report = with_risk(report, plan)
-    _emit(report, args)
+    emit(report, args)
     if args.plot:
         plot_plan(plan, args.plot, report=report, overwrite=args.overwrite)
         print(f"figure: {args.plot} (certified epsilon over steps{' and units' if report.other_units else ''}; the "
@@ -283,104 +189,9 @@ def _cmd_cite(args) -> None:
 
 
 def _cmd_epsilon(args) -> None:
-    _check_sampling_flags(args)
-    plan = Plan.from_dict(_plan_dict(args, args.noise, args.steps))
-    _emit(plan_epsilon(plan, accountant=args.accountant), args)
-
-
-_DIRECTION = {"noise": "smallest noise multiplier", "steps": "largest number of steps", "rate": "largest sampling rate"}
-_SHOWN = {"steps": "{:,.0f} steps", "noise": "noise {:.4g}", "rate": "rate {:.4g}"}
-
-
-def _solve_bar(solve: str, measure: str):
-    """(progress bar, progress callback) of a calibration: each evaluation certifies a bound (up to a few seconds
-    each at extreme values), so the bar shows from the first one."""
-    bar = tqdm(desc=f"calibrate: solving for {solve}", unit=" bounds", file=sys.stderr, leave=False,
-               mininterval=0.5, disable=None)
-
-    def progress(value, found):
-        bar.set_postfix_str(f"{_SHOWN[solve].format(value)}: {measure} <= {found:.4g}", refresh=False)
-        bar.update(1)
-
-    return bar, progress
-
-
-def _check_solved_flags(args) -> None:
-    """Refuses a flag that ``--solve`` computes, and the flags a solve needs but lacks."""
-    solved = {"noise": [("--noise", args.noise)], "steps": [("--steps", args.steps)],
-              "rate": [("--rate", args.rate), ("--batch", args.batch)]}[args.solve]
-    for flag, given in solved:
-        if given is not None:
-            raise ValueError(f"{flag} is what --solve {args.solve} computes: leave {flag} out (or solve for "
-                             "something else)")
-    if args.solve == "noise" and args.steps is None:
-        raise ValueError("--steps is required to solve for the noise")
-    if args.solve == "steps" and args.noise is None:
-        raise ValueError("--noise is required to solve for the steps")
-    if args.solve == "rate":
-        if args.sampling != "poisson":
-            raise ValueError("--solve rate needs --sampling poisson")
-        if args.noise is None or args.steps is None:
-            raise ValueError("--noise and --steps are required to solve for the rate")
-
-
-def _cmd_calibrate(args) -> None:
-    _check_sampling_flags(args)
-    if (args.target_epsilon is None) == (args.target_tpr is None):
-        raise ValueError("give one target: --target-epsilon, or --target-tpr with --at-fpr")
-    if (args.target_tpr is None) != (args.at_fpr is None):
-        raise ValueError("--target-tpr and --at-fpr go together")
-    if args.target_tpr is not None:
-        return _calibrate_tpr(args)
-    _check_solved_flags(args)
-    bar, progress = _solve_bar(args.solve, "epsilon")
-    try:
-        solved = calibrate_plan(_plan_dict(args, args.noise, args.steps), args.solve, args.target_epsilon,
-                                progress=progress)
-    except Unreachable:
-        raise ValueError(f"--target-epsilon {args.target_epsilon:g} is unreachable: one step already exceeds "
-                         "it") from None
-    finally:
-        bar.close()
-    value, plan = solved.value, solved.plan
-    # The library verified `value` with a bound that refines without a time limit; the report uses the
-    # same bound, so the printed epsilon meets the target however slow or loaded the machine is.
-    report = plan_epsilon(plan, max_seconds=math.inf)
-    if args.json:
-        print(json.dumps({"solved": args.solve, "value": value, "target_epsilon": args.target_epsilon,
-                          "report": report.to_dict()}, indent=2))
-    else:
-        print(f"{_DIRECTION[args.solve]} meeting epsilon <= {args.target_epsilon:g} at delta = {report.delta:g}: "
-              f"{value:.6g}")
-        print(report.headline())
-        for warning in report.warnings:
-            print(f"  ! {warning}")
-
-
-def _calibrate_tpr(args) -> None:
-    """``metadp calibrate --target-tpr T --at-fpr A``: the smallest noise, the most steps or the largest rate
-    (``--solve``) whose certified TPR bound at A is <= T."""
-    _check_solved_flags(args)
-    bar, progress = _solve_bar(args.solve, "TPR")
-    try:
-        solved = calibrate_for_tpr(_plan_dict(args, args.noise, args.steps), args.solve, args.target_tpr,
-                                   args.at_fpr, progress)
-    except Unreachable as err:
-        raise ValueError(f"--target-tpr: {err}") from None
-    finally:
-        bar.close()
-    report = with_risk(plan_epsilon(solved.plan, max_seconds=math.inf), solved.plan,
-                       fprs=sorted({args.at_fpr, *RISK_FPRS}))
-    tpr = dict(zip(report.risk["fpr"], report.risk["tpr"]))[args.at_fpr]
-    if args.json:
-        print(json.dumps({"solved": args.solve, "value": solved.value, "target_tpr": args.target_tpr,
-                          "at_fpr": args.at_fpr, "tpr": tpr, "report": report.to_dict()}, indent=2))
-        return
-    print(f"{_DIRECTION[args.solve]} meeting TPR <= {args.target_tpr:g} at FPR {args.at_fpr:g} (the best membership "
-          f"test against one {report.unit}, certified): {solved.value:.6g}")
-    print(f"  TPR <= {format_upper(tpr)} at FPR {args.at_fpr:g}; {report.headline()}")
-    for warning in report.warnings:
-        print(f"  ! {warning}")
+    check_sampling_flags(args)
+    plan = Plan.from_dict(plan_dict(args, args.noise, args.steps))
+    emit(plan_epsilon(plan, accountant=args.accountant), args)
 
 
 def _cmd_verify(args) -> int:
@@ -404,7 +215,7 @@ def _cmd_train(args) -> None:
     return _needs_torch("metadp.training.run.command", "metadp train").run_train(args)
 
 
-_COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": _cmd_calibrate,
+_COMMANDS = {"plan": _cmd_plan, "cite": _cmd_cite, "epsilon": _cmd_epsilon, "calibrate": run_calibrate,
              "verify": _cmd_verify, "train": _cmd_train}
 # what a command still working says it is doing (metadp.heartbeat)
 _WORK = {"plan": "certifying the plan", "cite": "certifying the plan", "epsilon": "certifying the bound",

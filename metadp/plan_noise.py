@@ -11,7 +11,7 @@ from typing import Mapping, Optional, Tuple
 
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.core import events as ev
-from metadp.core.validation import check_count, check_positive
+from metadp.core.validation import check_count, check_positive, check_real
 
 __all__ = ["NoiseSpec", "MECHANISMS", "CLIPS", "CLIPPING", "CORRELATIONS"]
 
@@ -19,7 +19,8 @@ MECHANISMS = ("gaussian", "laplace", "none")
 CLIPS = ("fixed", "raw_norms", "none")
 CLIPPING = ("per_episode", "per_example")
 CORRELATIONS = ("independent", "banded")
-_NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise", "clip", "correlation", "bands")
+_NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise", "clip", "correlation", "bands",
+               "horizon", "momentum")
 
 
 def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
@@ -54,6 +55,11 @@ class NoiseSpec:
     # with ``bands`` bands; metadp.banded_noise)
     correlation: str = "independent"
     bands: int = 1
+    # banded: the steps the strategy's coefficients are optimised for (None: the plan's steps). A run stopped early
+    # is reported as a plan of fewer steps whose noise is still the run's: its horizon pins the coefficients.
+    horizon: Optional[int] = None
+    # banded: C optimised for SGD with heavy-ball momentum (the momentum workload) instead of plain prefix sums
+    momentum: Optional[float] = None
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "NoiseSpec":
@@ -67,6 +73,13 @@ class NoiseSpec:
         if "bands" in d and correlation != "banded":
             raise ValueError("noise.bands applies to noise.correlation = 'banded'")
         bands = check_count("noise.bands", d.get("bands", 1), minimum=1, maximum=4096)
+        if "horizon" in d and correlation != "banded":
+            raise ValueError("noise.horizon applies to noise.correlation = 'banded'")
+        horizon = None if d.get("horizon") is None else check_count("noise.horizon", d["horizon"], minimum=bands)
+        if "momentum" in d and correlation != "banded":
+            raise ValueError("noise.momentum applies to noise.correlation = 'banded' (the workload C is optimised for)")
+        momentum = None if d.get("momentum") is None else check_real("noise.momentum", d["momentum"], low=0.0,
+                                                                     high=1.0, high_open=True)
         if mechanism == "gaussian":
             if "scale" in d:
                 raise ValueError("noise.scale applies to the laplace mechanism; use noise.multiplier for gaussian")
@@ -79,7 +92,8 @@ class NoiseSpec:
                 raise ValueError("noise.count_noise (adaptive clipping) is not certified with noise.correlation = "
                                  "'banded'")
             return cls(mechanism, multiplier=check_positive("noise.multiplier", d["multiplier"]), clipping=clipping,
-                       count_noise=count_noise, clip=clip, correlation=correlation, bands=bands)
+                       count_noise=count_noise, clip=clip, correlation=correlation, bands=bands,
+                       horizon=horizon, momentum=momentum)
         if "count_noise" in d:
             raise ValueError("noise.count_noise (adaptive clipping) applies to the gaussian mechanism")
         if "multiplier" in d:

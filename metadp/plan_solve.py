@@ -96,10 +96,12 @@ def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: flo
             accountant=template.accountant, progress=progress)
         return Solved(solve, value, _with(plan_dict, noise=value))
     if solve == "steps":
-        template = _with(plan_dict, steps=1)
-        if template.sampling.charge != "step" or template.unit == "group":
+        given = _with(plan_dict)  # the plan as stated: how its own unit is charged (banded noise: once, or a pass)
+        if given.units()[0].charge != "step" or given.unit == "group":
             raise ValueError(f"solving for the steps needs a plan charged per step for one unit (sampling.scheme = "
-                             f"'{template.sampling.scheme}', unit = '{template.unit}'): solve for the noise instead")
+                             f"'{given.sampling.scheme}', noise.correlation = '{given.noise.correlation}', unit = "
+                             f"'{given.unit}'): solve for the noise instead")
+        template = _with(plan_dict, steps=1)
         value = _best(template, lambda name: calibration.max_steps(
             template.step_event(), target_epsilon, template.delta, relation=template.relation, accountant=name,
             progress=progress), max)

@@ -175,3 +175,33 @@ def test_the_cyclic_risk_lower_end_is_that_of_the_participations_with_full_colum
     assert all(lo <= up for lo, up in zip(risk["tpr_lower"], risk["tpr"]))
     whole = _plan(dict(CYCLIC), steps=8, z=1.0, bands=4, delta=1e-5)  # both of group 0's columns whole: no note
     assert banded_lower(whole)[0][1] == 2 and banded_lower(whole)[1] is None
+
+
+def test_a_momentum_workload_changes_c_and_its_error_not_a_min_separation_epsilon():
+    from metadp.banded_noise import error_ratio, workload
+    from metadp.mechanisms.banded import MinSeparation as Pattern
+    from metadp.mechanisms.banded_opt import error
+
+    sampling = {"scheme": "min_separation", "participations": 3, "separation": 8}
+    plain = _plan(sampling, bands=4)
+    table = {"name": "m", "unit": "task", "delta": 1e-6, "steps": 64, "sampling": sampling, "accountant": "pld",
+             "noise": {"mechanism": "gaussian", "multiplier": 2.0, "correlation": "banded", "bands": 4,
+                       "momentum": 0.9}}
+    momentum = Plan.from_dict(table)
+    c_m, c_p = banded_coefficients(64, 4, 0.9), banded_coefficients(64, 4)
+    assert max(abs(a - b) for a, b in zip(c_m, c_p)) > 1e-3
+    # separation >= bands: sensitivity sqrt(k) ||c|| for any unit-norm c, so the same epsilon
+    assert plan_epsilon(momentum).epsilon == pytest.approx(plan_epsilon(plain).epsilon, rel=1e-9)
+    A, pattern = workload(64, 0.9), Pattern(3, 8)
+    assert error(A, banded_toeplitz(np.asarray(c_m), 64), pattern) <= error(A, banded_toeplitz(np.asarray(c_p), 64),
+                                                                           pattern) * (1 + 1e-9)
+    assert error_ratio(c_m, 64, pattern, 0.9)[0] < 1.0  # better than independent noise on its own workload
+    text = momentum.units()[0].reason
+    assert "momentum-0.9 SGD workload" in text and "momentum-0.9 SGD iterates" in text
+    for bad, words in [({"momentum": 1.0}, "noise.momentum"), ({"correlation": "independent", "momentum": 0.5},
+                                                                 "applies to noise.correlation")]:
+        noise = dict(table["noise"], **bad)
+        if noise["correlation"] == "independent":
+            noise.pop("bands")
+        with pytest.raises(ValueError, match=words):
+            Plan.from_dict(dict(table, noise=noise))

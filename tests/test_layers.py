@@ -45,6 +45,8 @@ LAYER = {
     "metadp.training": 7,  # the trainer and its engines (local, Flower)
     "metadp.verify": 8,  # audits train runs and cross-checks against dp-accounting
     "metadp.cli": 9,
+    "metadp.cli_flags": 9,
+    "metadp.calibrate_command": 9,
     "metadp.__main__": 9,
     "metadp.data": 0,
 }

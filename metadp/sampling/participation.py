@@ -25,7 +25,7 @@ from metadp.core import events as ev
 from metadp.core.validation import check_count, check_probability
 from metadp.sampling.base import Sampling, _counts, register
 
-__all__ = ["CyclicPoisson", "MinSeparation"]
+__all__ = ["CyclicPoisson", "MinSeparation", "min_separation_blocks"]
 
 
 def _one_unit(unit: str, scheme: str) -> None:
@@ -117,6 +117,13 @@ class CyclicPoisson(Sampling):
 
     def to_dict(self):
         return dict(super().to_dict(), groups=self.groups)
+
+
+def min_separation_blocks(steps: int, participations: int, separation: int) -> int:
+    """B = max(separation, ceil(steps / participations)): the blocks of the trainer's min-separation schedule
+    (``metadp.training.data.participation``): block t mod B in step t keeps every unit in at most
+    ``participations`` steps, B >= ``separation`` apart."""
+    return max(separation, math.ceil(steps / participations))
 
 
 @register()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metadp.banded_noise import banded_coefficients
+from metadp.banded_noise import plan_coefficients
 from metadp.mechanisms.banded import BandedNoise
 from metadp.verify.runs import Pipeline
 
@@ -46,7 +46,7 @@ def banded_pipeline(plan, noise_factor: float = 1.0) -> Pipeline:
     if n > MAX_BANDED_STEPS:
         raise ValueError(f"metadp verify plan: a banded plan is audited for at most {MAX_BANDED_STEPS} steps (each "
                          f"run streams every step's noise), got {n}")
-    c = np.asarray(banded_coefficients(n, plan.noise.bands))
+    c = np.asarray(plan_coefficients(plan))
     b, scheme = len(c), plan.sampling
     if scheme.scheme == "cyclic_poisson":
         starts = np.arange(0, n, scheme.groups)  # group 0's steps

@@ -273,11 +273,11 @@ test_max_steps_meets_target_and_one_more_step_exceeds_it = _fast(3)(given(q=rate
     _max_steps_meets_target_and_one_more_step_exceeds_it))
 test_max_rate_meets_target_and_is_tight = _fast(3)(given(q0=rates, z=noises, t=steps, delta=deltas)(
     _max_rate_meets_target_and_is_tight))
-test_calibrate_noise_tight_sweep = pytest.mark.slow(_fast(40)(given(q=rates, z0=noises, t=steps, delta=deltas)(
+test_calibrate_noise_tight_sweep = pytest.mark.slow(_fast(20)(given(q=rates, z0=noises, t=steps, delta=deltas)(
     _calibrate_noise_meets_target_and_is_tight)))
 test_max_steps_sweep = pytest.mark.slow(_fast(40)(given(q=rates, z=noises, t0=steps, delta=deltas)(
     _max_steps_meets_target_and_one_more_step_exceeds_it)))
-test_max_rate_sweep = pytest.mark.slow(_fast(40)(given(q0=rates, z=noises, t=steps, delta=deltas)(
+test_max_rate_sweep = pytest.mark.slow(_fast(25)(given(q0=rates, z=noises, t=steps, delta=deltas)(
     _max_rate_meets_target_and_is_tight)))
 
 
@@ -318,7 +318,7 @@ def test_poisson_monotone_sweep(q, z1, z2, t1, t2, delta):
 
 
 @pytest.mark.slow
-@settings(max_examples=60, derandomize=True, database=None, deadline=None,
+@settings(max_examples=30, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(q=rates, z0=noises, t=steps, delta=deltas)
 def test_calibrate_noise_sweep(q, z0, t, delta):

@@ -119,6 +119,20 @@ def test_the_flower_engine_trains_the_local_engines_model(flower, tmp_path, algo
     assert fed.report["epsilon"] == local.report["epsilon"]
 
 
+def test_a_banded_plan_on_flower_trains_the_local_engines_model(flower, tmp_path):
+    # DP-FTRL's banded noise is the server's: both engines stream the same C^-1 Z (issue 34)
+    plan = loads_plan(PLAN.format(population=20, batch=5, steps=6, scheme="cyclic_poisson").replace(
+        "batch_size = 5", "batch_size = 5\ngroups = 2") + 'correlation = "banded"\nbands = 2\n')
+    config = _config("dp-agr", plan, clip=0.5)
+    local = train(_model(), tasks.SinusoidPool(20, 10, 10, seed=0), _mse, config, tmp_path / "local", plan=plan)
+    _, strategy = _engine(flower, 20)
+    fed = train(_model(), _clients(20), None, config, tmp_path / "fed", plan=plan, engine=strategy)
+    for name, value in local.params.items():
+        torch.testing.assert_close(fed.params[name], value, rtol=1e-5, atol=1e-7)
+    assert fed.report["epsilon"] == local.report["epsilon"] == pytest.approx(plan_epsilon(plan).epsilon, rel=1e-12)
+    assert fed.report["views"][0]["charges"] == 3  # one charge a pass of 2 groups
+
+
 def _wrong_shape(arrays):
     from flwr.app import ArrayRecord
 

@@ -117,7 +117,7 @@ def test_a_loopback_deployment_of_3_supernodes_reports_the_plans_epsilon_and_lea
     seconds = time.monotonic() - start
     printed = capsys.readouterr().out
     assert "Flower deployment on loopback" in printed and "3 clients" in printed
-    assert seconds < 120, seconds
+    assert seconds < 300, seconds  # a hang guard: CI took 120.03 s beside the other slow tests (120 s failed it)
     assert len(watcher.seen) >= 5  # the SuperLink, 3 SuperNodes, flwr run, and their children
     assert watcher.left() == []
     report = json.loads((out / "privacy_report.json").read_text())

@@ -65,7 +65,7 @@ def test_verify_dp_pix_bad_input_exits_2(capsys, argv, needle):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("b", [2, 4, 6, 8, 10])
+@pytest.mark.parametrize("b", [2, 4, 10])  # (6 and 8 added ~280 s of CI and no case the others lack)
 @pytest.mark.parametrize("eps", [0.5, 3.0])
 def test_verify_dp_pix_sweep(capsys, b, eps):
     for m in sorted({1, 2, b * b}):

@@ -16,6 +16,9 @@ EverySampler           indices [pool]            inner per step (no sampling)   
 EpisodicSampler        indices per level         EpisodicSampled(L, P_U, r, inner, shift)    add_remove
 =====================  ========================  ==========================================  ==========
 
+The cross-device participation schemes' samplers (cyclic Poisson, min-separation) are in
+``metadp.training.data.participation``.
+
 Exactness. Uniforms are float64 (53 random bits), so a Poisson inclusion probability is within 2^-53
 of q and a uniform choice among j items within about 2^-53 of 1/j: far below anything an accountant
 resolves. Subsets are drawn by ``metadp.training.data.subsets`` (Floyd's algorithm or uniform keys), which
@@ -39,51 +42,13 @@ import torch
 from metadp.core.validation import check_count, check_probability
 from metadp.core import events as ev
 from metadp.amplification.multistage import Hierarchy, MultistageBound, multistage_amplification
-from metadp.sampling import BallsInBins, Episodic, FixedSize, NoSampling, Poisson, Shuffle
+from metadp.sampling import BallsInBins, CyclicPoisson, Episodic, FixedSize, MinSeparation, NoSampling, Poisson, Shuffle
+from metadp.training.data.participation import CyclicPoissonSampler, MinSeparationSampler
+from metadp.training.data.sampler_base import _Sampler, _check_event
 from metadp.training.data.subsets import random_subsets, uniform as _uniform
 
-__all__ = ["sampler_for", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "ShuffleSampler", "EverySampler",
+__all__ = ["sampler_for", "CyclicPoissonSampler", "MinSeparationSampler", "PoissonSampler", "FixedSizeSampler", "BallsInBinsSampler", "ShuffleSampler", "EverySampler",
            "EpisodicSampler", "Episodes", "random_subsets"]
-
-def _check_generator(generator: Optional[torch.Generator]) -> torch.Generator:
-    if generator is None:
-        generator = torch.Generator()
-        generator.seed()  # from the operating system's entropy, not the fixed default seed
-        return generator
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    return generator
-
-
-def _check_event(name: str, inner) -> ev.Event:
-    if not isinstance(inner, ev.Event):
-        raise ValueError(f"{name} must be a metadp Event (e.g. Gaussian(z)), got {type(inner).__name__}")
-    return inner
-
-
-class _Sampler:
-    """Holds the generator; checkpoints its state (and any state of the sampler)."""
-
-    relation: str
-
-    def __init__(self, generator: Optional[torch.Generator]):
-        self._generator = _check_generator(generator)
-
-    @property
-    def generator(self) -> torch.Generator:
-        return self._generator
-
-    @property
-    def device(self) -> torch.device:
-        return self._generator.device
-
-    def state_dict(self) -> Dict[str, Any]:
-        """The generator's state (and the sampler's own), to save with checkpoints."""
-        return {"generator": self._generator.get_state()}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self._generator.set_state(state["generator"])
-
 
 class PoissonSampler(_Sampler):
     """Poisson sampling: each of ``pool_size`` units independently with probability ``rate`` each step.
@@ -411,18 +376,28 @@ def _population(scheme) -> int:
 
 
 _EXECUTES = {
-    Poisson: lambda s, gen: PoissonSampler(_population(s), s.rate, generator=gen),
-    FixedSize: lambda s, gen: FixedSizeSampler(s.population, s.batch_size, generator=gen),
-    BallsInBins: lambda s, gen: BallsInBinsSampler(s.population, s.steps_per_pass, generator=gen, selected=s.selected),
-    Shuffle: lambda s, gen: ShuffleSampler(s.population, s.batch_size, generator=gen),
-    NoSampling: lambda s, gen: EverySampler(_population(s), generator=gen),
-    Episodic: lambda s, gen: EpisodicSampler(s.hierarchy, s.episodes, generator=gen),
+    Poisson: lambda s, gen, steps: PoissonSampler(_population(s), s.rate, generator=gen),
+    FixedSize: lambda s, gen, steps: FixedSizeSampler(s.population, s.batch_size, generator=gen),
+    BallsInBins: lambda s, gen, steps: BallsInBinsSampler(s.population, s.steps_per_pass, generator=gen, selected=s.selected),
+    Shuffle: lambda s, gen, steps: ShuffleSampler(s.population, s.batch_size, generator=gen),
+    NoSampling: lambda s, gen, steps: EverySampler(_population(s), generator=gen),
+    Episodic: lambda s, gen, steps: EpisodicSampler(s.hierarchy, s.episodes, generator=gen),
+    CyclicPoisson: lambda s, gen, steps: CyclicPoissonSampler(_population(s), s.groups, s.rate, generator=gen),
+    MinSeparation: lambda s, gen, steps: MinSeparationSampler(_population(s), s.participations, s.separation,
+                                                             _steps(s, steps), generator=gen),
 }
 
 
-def sampler_for(scheme, generator: Optional[torch.Generator] = None) -> "_Sampler":
+def _steps(scheme, steps: Optional[int]) -> int:
+    if steps is None:
+        raise ValueError(f"sampling.scheme = {scheme.scheme!r}: its schedule needs the run's steps (sampler_for(..., "
+                         "steps=n))")
+    return steps
+
+
+def sampler_for(scheme, generator: Optional[torch.Generator] = None, steps: Optional[int] = None) -> "_Sampler":
     """The sampler that executes a sampling scheme of ``metadp.sampling`` (a new scheme adds its sampler
-    class here).
+    class here); ``steps``: the run's, which a schedule fixed in advance needs (min-separation).
 
     Raises:
         ValueError: for a scheme the trainer cannot execute, or one without the population it needs.
@@ -431,4 +406,4 @@ def sampler_for(scheme, generator: Optional[torch.Generator] = None) -> "_Sample
     if make is None:
         raise ValueError(f"the trainer cannot execute sampling.scheme = {scheme.scheme!r} "
                          f"(it runs {', '.join(repr(t.scheme) for t in _EXECUTES)})")
-    return make(scheme, generator)
+    return make(scheme, generator, steps)

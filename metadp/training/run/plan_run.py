@@ -36,12 +36,14 @@ from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.plan import Plan, plan_epsilon
 from metadp.plan_risk import with_risk
 from metadp.sampling import Episodic, Guarantee
+from metadp.sampling.participation import min_separation_blocks
 from metadp.training import algorithms
 from metadp.training.algorithms import Algorithm
 from metadp.training.run.report import run_report, view_entry
 
 __all__ = ["plan_algorithm_refusal", "check_plan", "plan_settings", "settings_refusal", "plan_views", "plan_report", "fresh_episodes",
-           "plan_run_report", "expected_tasks", "ledger_charges"]
+           "plan_run_report", "expected_tasks", "ledger_charges", "charged_once",
+           "pass_steps", "prefix_plan"]
 
 
 def plan_algorithm_refusal(alg: Algorithm, plan: Optional[Plan] = None) -> Optional[str]:
@@ -95,6 +97,34 @@ def check_plan(plan: Plan, alg: Algorithm, *, images: bool) -> None:
         raise ValueError("--plan: steps = 0: there is nothing to train")
 
 
+def charged_once(plan: Plan) -> bool:
+    """The plan's guarantee is charged once for the whole run (one release of the run's event, at its first step):
+    min-separation participation, or banded noise without sampling (``metadp.banded_noise``)."""
+    scheme = plan.sampling.scheme
+    return scheme == "min_separation" or (plan.noise.correlation == "banded" and scheme == "none")
+
+
+def pass_steps(plan: Plan) -> int:
+    """The steps of one charged pass: the whole run for a run charged once, a pass of the one-pass schemes, the
+    groups of cyclic Poisson participation, else 1."""
+    scheme = plan.sampling
+    if charged_once(plan):
+        return plan.steps
+    if scheme.scheme == "cyclic_poisson":
+        return scheme.groups
+    if scheme.scheme == "shuffle":
+        return scheme.population // scheme.batch_size
+    return getattr(scheme, "steps_per_pass", 1)
+
+
+def prefix_plan(plan: Plan, steps: int) -> Plan:
+    """``plan`` over its first ``steps`` steps, with the run's noise: a banded plan keeps the coefficients of the
+    whole plan (``noise.horizon``), which the run used."""
+    if plan.noise.correlation == "banded" and plan.noise.horizon is None and steps != plan.steps:
+        plan = dataclasses.replace(plan, noise=dataclasses.replace(plan.noise, horizon=plan.steps))
+    return dataclasses.replace(plan, steps=steps)
+
+
 def plan_settings(plan: Plan, alg: Algorithm) -> Dict[str, Any]:
     """The ``TrainConfig`` fields the plan sets (its unit, delta, steps, noise, clip policy, release)."""
     settings: Dict[str, Any] = {"steps": plan.steps, "delta": plan.delta, "epsilon": math.inf}
@@ -143,6 +173,8 @@ def expected_tasks(plan: Plan) -> float:
     scheme = plan.sampling
     if isinstance(scheme, Episodic):
         return float(scheme.episodes)
+    if scheme.scheme == "min_separation":  # a block of the schedule (training.data.participation)
+        return scheme.population / min_separation_blocks(plan.steps, scheme.participations, scheme.separation)
     expected = scheme.expected_batch
     if expected is None:  # no sampling: every task
         expected = scheme.population
@@ -169,7 +201,7 @@ def plan_report(plan: Plan, steps: int, charges: Optional[Mapping[str, int]] = N
     for the prefix; ``charges``
     (view key -> count): where a run's budget capped a view below the plan's count (the visits of any record,
     which the run's budget stops at)."""
-    prefix = dataclasses.replace(plan, steps=steps)
+    prefix = prefix_plan(plan, steps)
     return with_risk(plan_epsilon(prefix, charges=charges), prefix, charges=charges).to_dict()
 
 
@@ -196,9 +228,13 @@ def plan_run_report(plan: Plan, c, views, ledgers, steps: int, prefix: int, run_
     there: a bound for every sampling outcome. The visits the worst record happened to get (the ledger's,
     ``max_record_visits``) are fewer in a partial pass, but a number computed from them is an ex-post
     (odometer) figure, not a DP guarantee, so the report does not use it."""
-    prefix_counts = {g.key: g.steps for g in plan_views(dataclasses.replace(plan, steps=prefix))} if c.private else {}
+    prefix_counts = {g.key: g.steps for g in plan_views(prefix_plan(plan, prefix))} if c.private else {}
     charges = {key: int(min(prefix_counts[key], cap)) for key, cap in (caps or {}).items()
                if key in prefix_counts and cap < prefix_counts[key]}
+    for v in views:  # a run charged once and resumed holds more charges than its plan: every one is reported
+        held = ledger_charges(v, ledgers.get(v.key))
+        if v.charge == "pass" and v.key in prefix_counts and held > prefix_counts[v.key]:
+            charges[v.key] = held
     if c.private:
         out = plan_report(plan, prefix, charges)
     else:

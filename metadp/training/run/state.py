@@ -18,15 +18,18 @@ from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.accounting.calibration import max_steps
 from metadp.accounting.certify import certify
 from metadp.accounting.ledger import Ledger
+from metadp.banded_noise import plan_coefficients
 from metadp.plan import Plan
 from metadp.plan_solve import calibrate_plan, noise_keys
 from metadp.sampling import RUN_SCHEMES, Sampling
 from metadp.training.run.budget import budget_schedule
+from metadp.training.algorithms import functional as F
 from metadp.training.algorithms.clipping import ClipPolicy, clip_rule
+from metadp.training.algorithms.correlated import BandedSumNoise
 from metadp.training.run.config import TrainConfig
 from metadp.training.run.plan_command import config_table
-from metadp.training.run.plan_run import (expected_tasks, fresh_episodes, plan_run_report, plan_views,
-                                         settings_refusal)
+from metadp.training.run.plan_run import (charged_once, expected_tasks, fresh_episodes, pass_steps, plan_run_report,
+                                         plan_views, settings_refusal)
 from metadp.training.run.ledgers import ViewLedgers
 from metadp.training.data.samplers import EpisodicSampler, sampler_for
 from metadp.training.data.tasks import FreshEpisodes
@@ -53,11 +56,6 @@ def stream_seed(seed: int, stream: str) -> int:
     """
     digest = hashlib.sha256(f"metadp:{stream}:{seed}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-def steps_per_pass(scheme: Sampling) -> int:
-    """Steps in one pass of a pass-wise scheme (one-pass sampling); 1 for the others."""
-    return getattr(scheme, "steps_per_pass", 1)
 
 
 def config_plan(pool, c: TrainConfig) -> Plan:
@@ -89,7 +87,7 @@ def _plan_sampling(plan, data, c: TrainConfig, device):
         raise ValueError(f"the tasks have {data.query_per_task} query examples each, the plan's "
                          f"release.query_per_task is {plan.release.query_per_task}: its guarantees would not hold")
     gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "sampler"))
-    sampler = sampler_for(plan.sampling, gen)
+    sampler = sampler_for(plan.sampling, gen, steps=plan.steps)
     drawer = None
     if fresh_episodes(plan) and not isinstance(sampler, EpisodicSampler):  # a fresh episode per sampled task slot
         drawer = EpisodicSampler(plan.hierarchy, 1, torch.Generator(device=device).manual_seed(
@@ -155,6 +153,11 @@ class _Run:
         self.expected = expected_tasks(plan)
         self.capacity = int(math.ceil(self.expected + 6 * math.sqrt(self.expected) + 1))
         self.noise_gen = torch.Generator(device=device).manual_seed(stream_seed(c.seed, "noise"))
+        # DP-FTRL's banded noise (training.algorithms.correlated), else each release's own
+        self.banded = (BandedSumNoise(plan_coefficients(plan)) if c.private and plan.noise.correlation == "banded"
+                       else None)
+        self.once, self.pass_steps = charged_once(plan), pass_steps(plan)
+        self.first_step = 0  # where this process's loop started (a run charged once is charged there)
         self.policy = ClipPolicy(c.clip_policy, c.clip, window=c.clip_window, percentile=c.clip_percentile,
                                  target=c.clip_target, learning_rate=c.clip_lr,
                                  count_noise=c.quantile_count_noise if clip_rule(c.clip_policy).releases_count else None)
@@ -170,9 +173,23 @@ class _Run:
             self.record_visits = torch.zeros(int(ids.max()) + 1, dtype=torch.int64, device=device)
         self.max_visits = 0
         self.ledgers = ViewLedgers(self.views, c)
-        self.last_step, self.pass_cap, self.visit_cap, self.schedule = budget_caps(self.primary, c, plan.sampling,
+        self.last_step, self.pass_cap, self.visit_cap, self.schedule = budget_caps(self.primary, c, self.pass_steps,
                                                                                   self.multiplicity)
         self._spent_cache = (None, 0.0)
+
+    def new_pass(self, done: int) -> bool:
+        """Whether the step after ``done`` starts a charged pass: a pass-wise sampler's first step of a pass, or for a
+        run charged once the first step of this process's loop (a resumed run is charged again: what it re-runs
+        after its checkpoint is not covered by the first charge)."""
+        if self.once:
+            return done == self.first_step
+        return getattr(self.sampler, "step_in_pass", None) == 0
+
+    def add_noise(self, total, std: float):
+        """The released sum: ``total`` plus the run's Gaussian noise of std ``std``, independent or banded."""
+        if self.banded is not None:
+            return self.banded.add(total, std, self.noise_gen)
+        return F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=self.noise_gen)
 
     # -- budget ------------------------------------------------------------------------------------
     @property
@@ -258,7 +275,7 @@ class _Run:
         # what the sampler ran (``sampling`` is the plan's, as ``metadp plan --json`` prints it)
         out["sampling_run"] = {"sampler": run_scheme_name(scheme), "pool": population,
                                "batch": getattr(scheme, "batch_size", None) or None,
-                               "steps_per_pass": steps_per_pass(scheme), "expected_batch": self.expected}
+                               "steps_per_pass": self.pass_steps, "expected_batch": self.expected}
         return out
 
     def plan_prefix(self, steps: int) -> int:
@@ -270,9 +287,10 @@ class _Run:
             return steps
         if self.primary.charge == "step":
             return len(ledger.entries)
-        scheme, passes = self.plan.sampling, len(ledger.entries)
-        per_pass = getattr(scheme, "steps_per_pass", None) or scheme.population // scheme.batch_size
-        covering = 0 if passes == 0 else (passes - 1) * per_pass + 1
+        passes = len(ledger.entries)
+        if self.once:  # the whole run's event is charged at its first step
+            return self.plan.steps if passes else steps
+        covering = 0 if passes == 0 else (passes - 1) * self.pass_steps + 1
         return max(steps, covering)
 
     def state(self) -> dict:
@@ -280,13 +298,19 @@ class _Run:
                 "policy": self.policy.state_dict(), "max_visits": self.max_visits,
                 "record_visits": None if self.record_visits is None else self.record_visits.cpu(),
                 "ledgers": self.ledgers.state(),
-                "drawer": None if self.drawer is None else self.drawer.state_dict()}
+                "drawer": None if self.drawer is None else self.drawer.state_dict(),
+                "banded": None if self.banded is None else self.banded.state_dict()}
 
     def load(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
         if self.drawer is not None:
             self.drawer.load_state_dict(state["drawer"])
         self.noise_gen.set_state(state["noise_generator"])
+        if self.banded is not None:
+            if state.get("banded") is None:
+                raise ValueError("the checkpoint holds no banded-noise state, this run's plan adds banded noise: its "
+                                 "noise cannot be continued")
+            self.banded.load_state_dict(state["banded"], self.noise_gen.device)
         self.policy.load_state_dict(state["policy"])
         self.max_visits = state["max_visits"]
         if self.record_visits is not None:
@@ -302,7 +326,7 @@ def run_scheme_name(scheme: Sampling) -> Optional[str]:
     return next((run for run, cls in RUN_SCHEMES.items() if cls.scheme == scheme.scheme), None)
 
 
-def budget_caps(p, c: TrainConfig, scheme, multiplicity: int):
+def budget_caps(p, c: TrainConfig, per_pass: int, multiplicity: int):
     """(last step, pass cap, visit cap, step schedule or None) of a run whose budget view is ``p``: the last step
     (passes, visits) within ``c.epsilon`` at ``c.delta``, the tightest of every accountant that interprets the
     view's event, as plans are certified. Raises ValueError where the budget does not cover one charge."""
@@ -312,9 +336,9 @@ def budget_caps(p, c: TrainConfig, scheme, multiplicity: int):
             schedule = budget_schedule(p.event, c.steps, c.epsilon, c.delta, relation=p.relation, accountant="all")
             last_step = schedule.last_step
         elif p.charge == "pass":
-            passes = math.ceil(c.steps / steps_per_pass(scheme))
+            passes = math.ceil(c.steps / per_pass)
             pass_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="all", limit=passes)
-            last_step = min(c.steps, pass_cap * steps_per_pass(scheme))
+            last_step = min(c.steps, pass_cap * per_pass)
         else:
             visit_cap = max_steps(p.event, c.epsilon, c.delta, relation=p.relation, accountant="all",
                                   limit=c.steps * max(1, multiplicity))  # k visits a step at most

@@ -296,11 +296,12 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     step = _Release(c, run, audit, LOCAL if engine is None else engine, contribution_of(alg))
     optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
     done, losses = _resumed(out, params, optimizer, run) if resume and (out / "checkpoint.pt").exists() else (0, [])
+    run.first_step = done
     scale = None
     saved = done
     try:
         while done < c.steps and run.releases(done) < run.last_step:
-            new_pass = getattr(run.sampler, "step_in_pass", None) == 0  # a pass-wise sampler starts a pass
+            new_pass = run.new_pass(done)  # a charged pass starts (run.new_pass)
             if new_pass and _passes_spent(run):
                 break
             tasks, rows, weights = run.step_tasks(run.sampler.sample())
@@ -357,8 +358,8 @@ class _Release:
             c.family, model, detached, tasks, rows, weights, loss_fn, c, run, self.contribution,
             threshold if clipping else None, self.raw_norms)
         std = audit.release_std(c.family.release_std(c, threshold, self.z_sum))
-        # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked)
-        total = F.noisy_sum({k: v.unsqueeze(0) for k, v in total.items()}, None, std, generator=run.noise_gen)
+        # the noise, once on the whole sum (one draw per tensor, as F.noisy_sum draws it unchunked; banded: run.add_noise)
+        total = run.add_noise(total, std)
         audit.observe(done, detached, total, std)
         count = None
         if self.quantile:
