@@ -102,7 +102,8 @@ def error_ratio(coefficients, steps: int, pattern, momentum: float = 0.0) -> Tup
     return error(A, banded_toeplitz(np.asarray(coefficients), n), pattern) / dpsgd_error(A, pattern), n
 
 
-def _error_words(coefficients, steps: int, pattern, momentum: float) -> str:
+@functools.lru_cache(maxsize=32)  # (a calibration builds the plan's views at every noise it tries: the error is z-free)
+def _error_words(coefficients: Tuple[float, ...], steps: int, pattern, momentum: float) -> str:
     ratio, n = error_ratio(coefficients, steps, pattern, momentum)
     on = "" if n == steps else f", on the first {n:,} steps"
     sums = f"momentum-{momentum:g} SGD iterates" if momentum else "prefix sums"
@@ -174,7 +175,7 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
         how = (f"{words}; with cyclic Poisson participation of {scheme.groups:,} groups (at least the bands), every "
                f"guarantee of DP-SGD with Poisson rate {scheme.rate:g}, {g.steps:,} steps and noise multiplier "
                f"z / ||c|| = {z / zeta:.6g} (Choquette-Choo et al. 2023, arXiv:2306.08153, Thm. 4); {g.reason}; "
-               f"{_error_words(c, n, SingleParticipation(), m)}")
+               f"{_error_words(coefficients, n, SingleParticipation(), m)}")
         return (dataclasses.replace(g, reason=how, citations=tuple(dict.fromkeys(g.citations + CITATIONS))),)
     delta_c, exact, shape = _sensitivity(coefficients, n, scheme)
     pattern = (f"every {plan.unit} in every one of the {n:,} steps" if scheme.scheme == "none" else
@@ -182,7 +183,7 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
                "in any order")
     how = (f"{words}; {pattern}: the l2 sensitivity of C G is {'' if exact else 'at most '}{delta_c:.6g} clip norms, "
            f"so the run is one Gaussian release with multiplier z / {delta_c:.6g} = {z / delta_c:.6g} (mu-GDP, "
-           f"mu = {delta_c / z:.6g}), charged once; no amplification; {_error_words(c, n, shape, m)}")
+           f"mu = {delta_c / z:.6g}), charged once; no amplification; {_error_words(coefficients, n, shape, m)}")
     return (Guarantee.of_plan(plan.unit, plan.relation, (ev.Gaussian(z / delta_c),), 1, how, True, charge="pass",
                               basis="banded matrix factorization: one Gaussian with the strategy's sensitivity",
                               citations=CITATIONS),)

@@ -194,3 +194,37 @@ def test_a_banded_plan_object_with_an_inner_noise_release_is_refused():
     plan = dataclasses.replace(loads_plan(_text(CYCLIC)), release=Release.of("inner_dp", inner_noise=1.0))
     with pytest.raises(ValueError, match="release.form = 'task_clip'"):
         plan.units()
+
+
+def test_the_run_size_estimate_counts_a_min_separation_block_not_the_pool():
+    from metadp.training.run.size import plan_run_size
+
+    size = plan_run_size(loads_plan(_text(MIN_SEP)), "sinusoid")
+    assert size.tasks_per_step == 40 / 4  # B = max(3, ceil(8 / 2)) = 4 blocks of the 40 tasks
+    assert plan_run_size(loads_plan(_text(CYCLIC)), "sinusoid").tasks_per_step == 5  # the plan's batch
+
+
+# -- the outer optimiser (BandMF's workload is SGD's iterates) -----------------------------------------
+def test_the_outer_optimiser_is_the_configs_and_sgd_momentum_needs_sgd(tmp_path, capsys):
+    from metadp.training.run.state import outer_optimizer
+
+    params = [torch.zeros(3, requires_grad=True)]
+    sgd = outer_optimizer(params, TrainConfig(algorithm="dp-agr", outer_optimizer="sgd", outer_momentum=0.9))
+    assert isinstance(sgd, torch.optim.SGD) and sgd.defaults["momentum"] == 0.9
+    assert isinstance(outer_optimizer(params, TrainConfig(algorithm="dp-agr")), torch.optim.Adam)
+    assert isinstance(outer_optimizer(params, TrainConfig(algorithm="reptile")), torch.optim.SGD)
+    with pytest.raises(ValueError, match="needs outer_optimizer 'sgd'"):
+        TrainConfig(algorithm="dp-agr", outer_momentum=0.5)
+    path = tmp_path / "plan.toml"
+    path.write_text(_text(CYCLIC))
+    base = ["train", "dp-agr", "--plan", str(path), "--data", "sinusoid", "--first-order", "--eval-tasks", "5"]
+    assert main([*base, "--outer-momentum", "0.9", "--out", str(tmp_path / "a")]) == 2
+    assert "give --outer-optimizer sgd" in capsys.readouterr().err
+    assert main([*base, "--outer-optimizer", "sgd", "--outer-momentum", "1", "--out", str(tmp_path / "b")]) == 2
+    assert "--outer-momentum must be a number in [0, 1)" in capsys.readouterr().err
+    assert main([*base, "--outer-optimizer", "sgd", "--outer-momentum", "0.9", "--outer-lr", "0.01",
+                 "--out", str(tmp_path / "c")]) == 0
+    config = json.loads((tmp_path / "c" / "run.json").read_text())["config"]
+    assert config["outer_optimizer"] == "sgd" and config["outer_momentum"] == 0.9
+    state = torch.load(tmp_path / "c" / "checkpoint.pt", weights_only=False)["optimizer"]
+    assert state["param_groups"][0]["momentum"] == 0.9 and "momentum_buffer" in next(iter(state["state"].values()))

@@ -38,6 +38,8 @@ _READERS = {
     "pool": (_META, "the MAML and Reptile family"),
     "inner_steps": (_META, "the MAML and Reptile family"),
     "inner_lr": (_META, "the MAML and Reptile family"),
+    "outer_optimizer": (_META, "the MAML and Reptile family"),
+    "outer_momentum": (_META, "the MAML and Reptile family"),
     "first_order": ({"meta_loop": True, "reads_first_order": True}, "{} (Reptile is first order by construction)"),
     "chunk_size": (_META, "the MAML and Reptile family"),
     "checkpoint_every": (_META, "the MAML and Reptile family"),
@@ -215,6 +217,10 @@ def _check_numbers(args) -> None:
     # a learning rate above this is no step size (1e300 overflowed torch's float32 and raised after training began)
     _real(args, "inner_lr", low=0.0, low_open=True, high=_MAX_LR)
     _real(args, "outer_lr", low=0.0, low_open=True, high=_MAX_LR)
+    _real(args, "outer_momentum", low=0.0, low_open=False, high=1.0, high_open=True)
+    if _given(args, "outer_momentum") and args.outer_momentum and (
+            args.outer_optimizer or algorithms.get(args.algorithm).optimizer) != "sgd":
+        raise ValueError("--outer-momentum is SGD's heavy-ball momentum: give --outer-optimizer sgd with it")
     _real(args, "denoise_weight", low=0.0, low_open=False)
     _whole(args, "steps", 1)
     _whole(args, "pool", 1)

@@ -296,6 +296,7 @@ def _plan_config(args, plan, alg, inner_lr: float) -> TrainConfig:
     """The run's configuration: the plan's privacy settings (``plan_settings``) and the flags' optimisation ones."""
     flags = dict(inner_steps=args.inner_steps, inner_lr=inner_lr,
                  outer_lr=args.outer_lr if args.outer_lr is not None else alg.default_outer_lr,
+                 outer_optimizer=args.outer_optimizer, outer_momentum=args.outer_momentum or 0.0,
                  first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, seed=args.seed,
                  chunk_size=args.chunk_size, checkpoint_every=args.checkpoint_every)
     if args.inner_clip is not None:
@@ -403,6 +404,7 @@ def _run_command(args) -> None:
     z, z_in = stored or (noise, args.inner_noise if args.inner_noise is not None else noise)
     config = TrainConfig(algorithm=args.algorithm, unit=args.unit, sampler=args.sampler, steps=args.steps,
                          meta_batch=args.meta_batch, inner_steps=args.inner_steps, inner_lr=inner_lr, outer_lr=outer_lr,
+                         outer_optimizer=args.outer_optimizer, outer_momentum=args.outer_momentum or 0.0,
                          first_order=args.first_order, clip=args.clip, clip_mode=args.clip_mode, noise_multiplier=z,
                          inner_clip=args.inner_clip, inner_noise=z_in, clip_policy=args.clip_policy,
                          count_noise=args.count_noise, epsilon=epsilon, delta=args.delta, seed=args.seed,

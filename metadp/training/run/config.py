@@ -34,6 +34,10 @@ class TrainConfig:
     inner_steps: int = 1  # inner SGD steps on each task
     inner_lr: float = 0.01
     outer_lr: float = 1e-3  # Adam (MAML family) or SGD (Reptile family) on the averaged update
+    # the outer optimiser (None: the algorithm's, Adam or SGD) and SGD's heavy-ball momentum (DP-FTRL's BandMF is
+    # optimised for SGD's iterates: noise.momentum names the workload)
+    outer_optimizer: Optional[str] = None
+    outer_momentum: float = 0.0
     first_order: bool = False  # first-order meta-gradients
     clip: float = 1.0  # C: per-task threshold (dp-maml, dp-agr*), per-example query threshold (dp-maml-sample)
     clip_mode: str = "flat"  # "flat" or "per_layer" (functional.clip) for the clips outside the inner loop
@@ -61,6 +65,11 @@ class TrainConfig:
         check_count("inner_steps", self.inner_steps, minimum=alg.min_inner_steps)
         check_positive("inner_lr", self.inner_lr)
         check_positive("outer_lr", self.outer_lr)
+        if self.outer_optimizer not in (None, "adam", "sgd"):
+            raise ValueError(f"outer_optimizer must be 'adam', 'sgd' or None, got {self.outer_optimizer!r}")
+        check_real("outer_momentum", self.outer_momentum, low=0.0, high=1.0, high_open=True)
+        if self.outer_momentum and (self.outer_optimizer or alg.optimizer) != "sgd":
+            raise ValueError("outer_momentum is SGD's heavy-ball momentum: it needs outer_optimizer 'sgd'")
         check_positive("clip", self.clip, allow_inf=True)
         check_positive("inner_clip", self.inner_clip, allow_inf=True)
         check_real("noise_multiplier", self.noise_multiplier, low=0.0)

@@ -110,6 +110,10 @@ def _optimisation_arguments(t, number) -> None:
     t.add_argument("--inner-lr", type=number("--inner-lr", float))
     t.add_argument("--outer-lr", type=number("--outer-lr", float),
                    help="Adam learning rate (MAML family, default 1e-3) or Reptile step size (default 1.0)")
+    t.add_argument("--outer-optimizer", choices=("adam", "sgd"),
+                   help="the outer optimiser (default: the algorithm's: Adam for the MAML family, SGD for Reptile's)")
+    t.add_argument("--outer-momentum", type=number("--outer-momentum", float),
+                   help="heavy-ball momentum of --outer-optimizer sgd, in [0, 1) (default 0)")
     t.add_argument("--first-order", action="store_true")
     t.add_argument("--chunk-size", type=number("--chunk-size", int), help="tasks per vmap chunk (bounds memory)")
     t.add_argument("--checkpoint-every", type=number("--checkpoint-every", int),

@@ -21,6 +21,7 @@ import os
 from typing import Optional
 
 from metadp.training.data import datasets
+from metadp.training.run.plan_run import expected_tasks
 
 __all__ = ["LIMIT_HOURS", "PROGRESS_SECONDS", "RunSize", "estimate_run", "check_run_size", "plan_run_size"]
 
@@ -107,7 +108,7 @@ def plan_run_size(plan, data: str, inner_steps: int = 1, device: str = "cpu") ->
     scheme = plan.sampling
     episodes = getattr(scheme, "episodes", None)
     population = getattr(scheme, "population", None) or 0
-    tasks = episodes if episodes is not None else (scheme.expected_batch or population)
+    tasks = expected_tasks(plan)  # the trainer's own count (a min-separation block, a Poisson batch, ...)
     pool = 0 if episodes is not None or plan.hierarchy is not None else population
     return estimate_run(data, plan.steps, float(tasks), pool, inner_steps=inner_steps,
                         poisson=scheme.draws_each_unit, device=device)

@@ -34,7 +34,7 @@ from metadp.training.run.ledgers import ViewLedgers
 from metadp.training.data.samplers import EpisodicSampler, sampler_for
 from metadp.training.data.tasks import FreshEpisodes
 
-__all__ = ["stream_seed", "run_views", "calibrate", "config_plan"]
+__all__ = ["stream_seed", "run_views", "calibrate", "config_plan", "outer_optimizer"]
 
 
 def sampled_rows(mask: torch.Tensor, capacity: int):
@@ -56,6 +56,14 @@ def stream_seed(seed: int, stream: str) -> int:
     """
     digest = hashlib.sha256(f"metadp:{stream}:{seed}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+def outer_optimizer(params, c: TrainConfig) -> torch.optim.Optimizer:
+    """The run's outer optimiser on ``params``: ``c.outer_optimizer`` (None: the algorithm's, Adam for the MAML
+    family, SGD for Reptile's) at ``c.outer_lr``, SGD with heavy-ball ``c.outer_momentum``."""
+    if (c.outer_optimizer or c.family.optimizer) == "sgd":
+        return torch.optim.SGD(params, lr=c.outer_lr, momentum=c.outer_momentum)
+    return torch.optim.Adam(params, lr=c.outer_lr)
 
 
 def config_plan(pool, c: TrainConfig) -> Plan:

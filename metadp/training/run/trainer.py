@@ -70,7 +70,7 @@ from metadp.training.algorithms.clipping import clip_rule
 from metadp.training.engines import distributed
 from metadp.training.engines.local import LOCAL
 from metadp.training.run.ledgers import json_safe
-from metadp.training.run.state import _Run, calibrate, config_plan, run_views, stream_seed
+from metadp.training.run.state import _Run, calibrate, config_plan, outer_optimizer, run_views, stream_seed
 
 __all__ = ["TrainConfig", "TrainResult", "train", "check_run", "calibrate", "run_views", "stream_seed", "ALGORITHMS",
            "SAMPLERS", "ResumeWarning", "TrainingInterrupted"]
@@ -294,7 +294,7 @@ def _loop(model, pool, loss_fn, c: TrainConfig, out: Path, run: _Run, device, pr
     params = {k: v.to(device).requires_grad_(True) for k, v in F.param_dict(model).items()}
     alg = c.family
     step = _Release(c, run, audit, LOCAL if engine is None else engine, contribution_of(alg))
-    optimizer = _OPTIMIZERS[alg.optimizer](params.values(), lr=c.outer_lr)
+    optimizer = outer_optimizer(params.values(), c)
     done, losses = _resumed(out, params, optimizer, run) if resume and (out / "checkpoint.pt").exists() else (0, [])
     run.first_step = done
     scale = None
@@ -430,9 +430,6 @@ def _result(out: Path, params, run: _Run, done: int, losses, engine) -> TrainRes
     with torch.no_grad():
         final = {k: v.detach().clone() for k, v in params.items()}
     return TrainResult(final, run.releases(done), run.last_step, epsilon, tuple(losses), report)
-
-
-_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
 def _checkpoint(out, params, optimizer, run: _Run, step, losses) -> None:
