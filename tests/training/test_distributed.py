@@ -133,6 +133,40 @@ def test_nproc_2_reports_the_plan_and_says_two_processes(tmp_path):
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
 
 
+BANDED = """\
+name = "banded DP-AGR on two processes"
+unit = "task"
+delta = 1e-5
+steps = 8
+
+[sampling]
+scheme = "cyclic_poisson"
+population = 40
+batch_size = 5
+groups = 4
+
+[noise]
+mechanism = "gaussian"
+multiplier = 1.0
+correlation = "banded"
+bands = 3
+"""
+
+
+@pytest.mark.slow
+def test_a_banded_plan_on_two_processes_is_the_one_process_run(tmp_path):
+    # DP-FTRL's banded noise is rank 0's (it streams C^-1 Z): the model is the one-process run's, bit for bit here
+    plan = tmp_path / "plan.toml"
+    plan.write_text(BANDED)
+    common = ["dp-agr", "--plan", str(plan), "--data", "sinusoid", "--first-order", "--eval-tasks", "5"]
+    _train([*common, "--nproc", "2"], tmp_path / "two")
+    _train(common, tmp_path / "one")
+    params = [torch.load(tmp_path / d / "checkpoint.pt", weights_only=False)["params"] for d in ("one", "two")]
+    assert _max_difference(*params) < 1e-6
+    reports = [json.loads((tmp_path / d / "privacy_report.json").read_text()) for d in ("one", "two")]
+    assert reports[1]["epsilon"] == reports[0]["epsilon"] and reports[1]["views"][0]["charges"] == 2
+
+
 def _ledger_lines(out: Path) -> int:
     path = out / "ledger-task.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
