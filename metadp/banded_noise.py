@@ -27,15 +27,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Tuple
+from typing import TYPE_CHECKING, Optional, Tuple, Union, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from metadp.core import events as ev
+from metadp.core._typing import FloatArray
 from metadp.mechanisms.banded import (EveryStep, MinSeparation, SingleParticipation, momentum_workload, prefix_workload,
                                      sensitivity_every_step, sensitivity_min_separation)
 from metadp.mechanisms.banded_opt import banded_toeplitz, dpsgd_error, error, optimize_banded_toeplitz
+from metadp.sampling.base import Sampling
 from metadp.sampling.guarantee import Guarantee
+from metadp.sampling.participation import CyclicPoisson, MinSeparation as MinSeparationSampling
+
+if TYPE_CHECKING:  # (metadp.plan imports this module)
+    from metadp.plan import Plan
 
 __all__ = ["banded_coefficients", "plan_coefficients", "every_step_sensitivity", "error_ratio", "banded_views", "banded_lower",
            "BANDED_SCHEMES"]
@@ -58,19 +65,19 @@ def banded_coefficients(steps: int, bands: int, momentum: float = 0.0) -> Tuple[
     return tuple(float(f"{x:.12g}") for x in c)
 
 
-def workload(n: int, momentum: float = 0.0) -> np.ndarray:
+def workload(n: int, momentum: float = 0.0) -> FloatArray:
     """The n x n workload C is optimised for: prefix sums (SGD's iterates), or with ``momentum`` > 0 the iterates of
     SGD with heavy-ball momentum (``metadp.mechanisms.banded.momentum_workload``)."""
     return momentum_workload(n, momentum) if momentum else prefix_workload(n)
 
 
-def plan_coefficients(plan) -> Tuple[float, ...]:
+def plan_coefficients(plan: Plan) -> Tuple[float, ...]:
     """The coefficients a banded plan's noise uses: optimised for ``noise.horizon`` steps, or the plan's steps (the
     run's own numbers, also when a run stopped early is reported as a plan of fewer steps)."""
     return banded_coefficients(plan.noise.horizon or plan.steps, plan.noise.bands, plan.noise.momentum or 0.0)
 
 
-def every_step_sensitivity(coefficients, steps: int) -> Tuple[float, bool]:
+def every_step_sensitivity(coefficients: ArrayLike, steps: int) -> Tuple[float, bool]:
     """(sensitivity, exact): sqrt(sum_ij |(C^T C)_ij|) for the n x n lower-triangular banded Toeplitz C of ``coefficients``: the l2
     sensitivity of C G when the unit is in every step (an upper bound, exact where C^T C >= 0; ``banded.
     sensitivity_every_step``), in O(b^2); exact where every entry of C^T C is >= 0 (attained by a unit in every
@@ -91,7 +98,7 @@ def every_step_sensitivity(coefficients, steps: int) -> Tuple[float, bool]:
     return math.sqrt(total * (1.0 + 4 * b * b * 2.0**-52)), exact  # the float sums, rounded up
 
 
-def error_ratio(coefficients, steps: int, pattern, momentum: float = 0.0) -> Tuple[float, int]:
+def error_ratio(coefficients: ArrayLike, steps: int, pattern: object, momentum: float = 0.0) -> Tuple[float, int]:
     """(ratio, n): the expected squared error of the released workload (prefix sums, or momentum SGD's iterates)
     with the strategy over that of
     independent noise (C = I) at the same epsilon, on the first n = min(steps, ``_HORIZON``) steps: Delta(C)^2
@@ -103,7 +110,7 @@ def error_ratio(coefficients, steps: int, pattern, momentum: float = 0.0) -> Tup
 
 
 @functools.lru_cache(maxsize=32)  # (a calibration builds the plan's views at every noise it tries: the error is z-free)
-def _error_words(coefficients: Tuple[float, ...], steps: int, pattern, momentum: float) -> str:
+def _error_words(coefficients: Tuple[float, ...], steps: int, pattern: object, momentum: float) -> str:
     ratio, n = error_ratio(coefficients, steps, pattern, momentum)
     on = "" if n == steps else f", on the first {n:,} steps"
     sums = f"momentum-{momentum:g} SGD iterates" if momentum else "prefix sums"
@@ -111,7 +118,7 @@ def _error_words(coefficients: Tuple[float, ...], steps: int, pattern, momentum:
             f"the same epsilon (metadp.mechanisms.banded_opt{on})")
 
 
-def _min_separation_sensitivity(c, steps: int, k: int, separation: int) -> Tuple[float, bool]:
+def _min_separation_sensitivity(c: FloatArray, steps: int, k: int, separation: int) -> Tuple[float, bool]:
     """(sensitivity, exact) for k participations at least ``separation`` apart."""
     b = len(c)
     zeta = float(np.linalg.norm(c))
@@ -125,15 +132,17 @@ def _min_separation_sensitivity(c, steps: int, k: int, separation: int) -> Tuple
 
 
 @functools.lru_cache(maxsize=32)
-def _sensitivity(coefficients: Tuple[float, ...], steps: int, scheme) -> Tuple[float, bool, object]:
+def _sensitivity(coefficients: Tuple[float, ...], steps: int,
+                 scheme: Sampling) -> Tuple[float, bool, Union[EveryStep, MinSeparation]]:
     """(sensitivity of C G in clip norms, exact, the participation pattern of ``metadp.mechanisms.banded``) for a
     plan without amplification (``scheme``: ``none`` or ``min_separation``), computed once for the views and the
     lower end (``banded_views``, ``banded_lower``)."""
     c = np.asarray(coefficients)
     if scheme.scheme == "none":
         return (*every_step_sensitivity(c, steps), EveryStep())
-    k = scheme.participations_in(steps)
-    return (*_min_separation_sensitivity(c, steps, k, scheme.separation), MinSeparation(k, scheme.separation))
+    separated = cast(MinSeparationSampling, scheme)  # the scheme is none or min_separation
+    k = separated.participations_in(steps)
+    return (*_min_separation_sensitivity(c, steps, k, separated.separation), MinSeparation(k, separated.separation))
 
 
 def _column_norm(coefficients: Tuple[float, ...], up: bool) -> float:
@@ -142,7 +151,7 @@ def _column_norm(coefficients: Tuple[float, ...], up: bool) -> float:
     return float(np.linalg.norm(coefficients)) * (1.0 + (2.0**-50 if up else -2.0**-50))
 
 
-def banded_views(plan) -> Tuple[Guarantee, ...]:
+def banded_views(plan: Plan) -> Tuple[Guarantee, ...]:
     """The plan's own unit's guarantee under banded noise (module docstring), or a ValueError naming what is not
     supported."""
     scheme, noise, bands, n = plan.sampling, plan.noise, plan.noise.bands, plan.steps
@@ -162,24 +171,26 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
     coefficients = plan_coefficients(plan)
     c = np.asarray(coefficients)
     zeta = _column_norm(coefficients, up=True)
-    z, m = noise.multiplier, noise.momentum or 0.0
+    z, m = cast(float, noise.multiplier), noise.momentum or 0.0  # (gaussian: checked above)
     words = (f"C is the {n:,} x {n:,} lower-triangular Toeplitz strategy with {bands} band(s) (coefficients "
              f"{', '.join(f'{x:.6g}' for x in c[:4])}{', ...' if bands > 4 else ''}; DP-FTRL BandMF, optimised for the "
              f"{f'momentum-{m:g} SGD' if m else 'prefix'} workload"
              f"{'' if noise.horizon is None else f' of {noise.horizon:,} steps'}); the released sums are a post-processing of C G + Z")
     if scheme.scheme == "cyclic_poisson":
-        if bands > scheme.groups:
-            raise ValueError(f"noise.bands = {bands} exceeds sampling.groups = {scheme.groups}: the amplified "
+        cyclic = cast(CyclicPoisson, scheme)
+        if bands > cyclic.groups:
+            raise ValueError(f"noise.bands = {bands} exceeds sampling.groups = {cyclic.groups}: the amplified "
                              "bound (Choquette-Choo et al. 2023, Thm. 4) needs at most as many bands as groups")
-        g = scheme.guarantees(plan.unit, plan.relation, ev.Gaussian(z / zeta), n)[0]
-        how = (f"{words}; with cyclic Poisson participation of {scheme.groups:,} groups (at least the bands), every "
-               f"guarantee of DP-SGD with Poisson rate {scheme.rate:g}, {g.steps:,} steps and noise multiplier "
+        g = cyclic.guarantees(plan.unit, plan.relation, ev.Gaussian(z / zeta), n)[0]
+        how = (f"{words}; with cyclic Poisson participation of {cyclic.groups:,} groups (at least the bands), every "
+               f"guarantee of DP-SGD with Poisson rate {cyclic.rate:g}, {g.steps:,} steps and noise multiplier "
                f"z / ||c|| = {z / zeta:.6g} (Choquette-Choo et al. 2023, arXiv:2306.08153, Thm. 4); {g.reason}; "
                f"{_error_words(coefficients, n, SingleParticipation(), m)}")
         return (dataclasses.replace(g, reason=how, citations=tuple(dict.fromkeys(g.citations + CITATIONS))),)
     delta_c, exact, shape = _sensitivity(coefficients, n, scheme)
     pattern = (f"every {plan.unit} in every one of the {n:,} steps" if scheme.scheme == "none" else
-               f"each {plan.unit} in at most {shape.max_participations:,} steps at least {scheme.separation:,} apart, "
+               f"each {plan.unit} in at most {cast(MinSeparation, shape).max_participations:,} steps at least "
+               f"{cast(MinSeparationSampling, scheme).separation:,} apart, "
                "in any order")
     how = (f"{words}; {pattern}: the l2 sensitivity of C G is {'' if exact else 'at most '}{delta_c:.6g} clip norms, "
            f"so the run is one Gaussian release with multiplier z / {delta_c:.6g} = {z / delta_c:.6g} (mu-GDP, "
@@ -189,7 +200,7 @@ def banded_views(plan) -> Tuple[Guarantee, ...]:
                               citations=CITATIONS),)
 
 
-def banded_lower(plan):
+def banded_lower(plan: Plan) -> Optional[Tuple[Optional[Tuple[ev.Event, int]], Optional[str]]]:
     """Where the accountant's lower end of a banded plan's event is not one on the mechanism: (attained, note),
     ``attained`` the (event, count) whose certified lower end is (None: no lower bound, 0), ``note`` what the report
     says of it (None: nothing to say), else None.
@@ -203,15 +214,17 @@ def banded_lower(plan):
     """
     scheme, bands, n = plan.sampling, plan.noise.bands, plan.steps
     if scheme.scheme == "cyclic_poisson":
+        groups = cast(CyclicPoisson, scheme).groups
         if bands == 1:  # C = I: DP-SGD itself, whose lower end the accountant gives
             return None
-        full = (n - bands) // scheme.groups + 1 if n >= bands else 0
-        note = None if full == math.ceil(n / scheme.groups) else (
+        full = (n - bands) // groups + 1 if n >= bands else 0
+        note = None if full == math.ceil(n / groups) else (
             f"the lower end is attained by a unit of group 0 in its {full:,} participations with full columns (the "
             "last one's column is truncated by the end of training): the DP-SGD reduction's own lower end, over "
-            f"{math.ceil(n / scheme.groups):,} steps, is not one on BandMF")
+            f"{math.ceil(n / groups):,} steps, is not one on BandMF")
         # ||c|| rounded down here: the event's lower end is then one on the mechanism, whose z / ||c|| is no smaller
-        attained = scheme.step_event(ev.Gaussian(plan.noise.multiplier / _column_norm(plan_coefficients(plan), up=False)))
+        z = cast(float, plan.noise.multiplier)  # (a banded plan is gaussian)
+        attained = scheme.step_event(ev.Gaussian(z / _column_norm(plan_coefficients(plan), up=False)))
         return ((attained, full) if full else None), note
     if _sensitivity(plan_coefficients(plan), n, scheme)[1]:  # exact: the Gaussian of the view is attained
         return None

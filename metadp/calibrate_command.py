@@ -10,6 +10,7 @@ import math
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any, Dict, cast
 
 from tqdm import tqdm
 
@@ -150,7 +151,8 @@ def _calibrate_tpr(args, question: dict) -> None:
         bar.close()
     report = with_risk(plan_epsilon(solved.plan, max_seconds=math.inf), solved.plan,
                        fprs=sorted({args.at_fpr, *RISK_FPRS}))
-    tpr = dict(zip(report.risk["fpr"], report.risk["tpr"]))[args.at_fpr]
+    risk = cast(Dict[str, Any], report.risk)  # (with_risk gives the plan's unit its risk)
+    tpr = dict(zip(risk["fpr"], risk["tpr"]))[args.at_fpr]
     if args.json:
         print(json.dumps({"solved": args.solve, "value": solved.value, "target_tpr": args.target_tpr,
                           "at_fpr": args.at_fpr, "tpr": tpr, "report": report.to_dict()}, indent=2))

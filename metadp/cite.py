@@ -16,7 +16,7 @@ import dataclasses
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from importlib import metadata
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from metadp import __release_year__, __version__
 from metadp.citations import CITATIONS, bibtex
@@ -88,7 +88,8 @@ def cite(report: Report) -> Citation:
     keys = tuple(dict.fromkeys(report.citations + (("dong2022gaussian",) if report.risk else ()))) + (SOFTWARE_KEY,)
     entries = bibtex(keys[:-1])
     entries = f"{entries}\n\n{_software_entry()}" if entries else _software_entry()
-    row = _row(report.unit, report.group_size, report.relation, _sampling_cell(report.sampling), report.epsilon,
+    sampling = cast(Dict[str, Any], report.sampling)  # (a plan's report: it has sampling, noise and steps)
+    row = _row(report.unit, report.group_size, report.relation, _sampling_cell(sampling), report.epsilon,
                report.delta, report.accountant, _risk_cells(report.risk, report.risk["fpr"]) if report.risk else ())
     return Citation(keys=keys, bibtex=entries, sentence=_sentence(report, keys), table_row=row,
                     table=_table(report, row))
@@ -145,7 +146,7 @@ def _group_digits(number: str) -> str:
     whole, dot, frac = number.partition(".")
     sign = "-" if whole.startswith("-") else ""
     whole = whole.lstrip("-")
-    groups = []
+    groups: List[str] = []
     while len(whole) > 3:
         whole, groups = whole[:-3], [whole[-3:]] + groups
     return sign + "{,}".join([whole] + groups) + dot + frac
@@ -155,7 +156,7 @@ def _count(n: int) -> str:
     return f"${_group_digits(str(int(n)))}$"
 
 
-def _unit_words(unit: str, group_size) -> str:
+def _unit_words(unit: str, group_size: Optional[int]) -> str:
     if unit == "group":
         return f"one group of {group_size} units" if group_size else "one group of units"
     return f"one {unit}"
@@ -227,10 +228,11 @@ def _bound(epsilon: float, delta: float) -> str:
 
 def _sentence(report: Report, keys: Tuple[str, ...]) -> str:
     accountant = _ACCOUNTANT.get(report.accountant, latex_escape(report.accountant))
-    subject = (f"the training plan ``{latex_escape(report.name)}'' ({_noise_words(report.noise)}, "
-               f"{_count(report.steps)} steps)")
+    noise = cast(Dict[str, Any], report.noise)  # (a plan's report: it has sampling, noise and steps)
+    subject = (f"the training plan ``{latex_escape(report.name)}'' ({_noise_words(noise)}, "
+               f"{_count(cast(int, report.steps))} steps)")
     head = (f"Under {_RELATION[report.relation]} neighbouring of {_unit_words(report.unit, report.group_size)}, "
-            f"with {_sampling_words(report.sampling, report.unit)}, {subject}")
+            f"with {_sampling_words(cast(Dict[str, Any], report.sampling), report.unit)}, {subject}")
     if math.isinf(report.epsilon):
         claim = (f" has no finite certified $\\varepsilon$ at $\\delta = {_latex_exact(report.delta)}$ "
                  f"({accountant} accountant)")
@@ -255,7 +257,7 @@ def _sentence(report: Report, keys: Tuple[str, ...]) -> str:
     return text
 
 
-def _risk_words(risk, unit: str) -> str:
+def _risk_words(risk: Mapping[str, Any], unit: str) -> str:
     """'Against one record, the best membership test has a true-positive rate of at most ...' (upper bounds), and
     where the report has them, the lower ends named datasets attain."""
     rates = ", ".join(f"${latex_upper(100 * t)}\\%$ at a false-positive rate of ${_latex_exact(100 * f)}\\%$"
@@ -270,15 +272,15 @@ def _risk_words(risk, unit: str) -> str:
             f"rates, and an advantage of at least ${latex_lower(risk['advantage_lower'])}$ (certified lower bounds).")
 
 
-def _risk_cells(risk, fprs) -> list:
+def _risk_cells(risk: Optional[Mapping[str, Any]], fprs: Sequence[float]) -> List[str]:
     """The table's TPR cells (upper bounds) at ``fprs``; '--' where the unit has no risk figures."""
     if risk is None or tuple(risk["fpr"]) != tuple(fprs):
         return ["--"] * len(fprs)
     return [f"$\\le {latex_upper(100 * t)}\\%$" for t in risk["tpr"]]
 
 
-def _row(unit: str, group_size, relation: str, sampling: str, epsilon: float, delta: float,
-         accountant: str, risk_cells=()) -> str:
+def _row(unit: str, group_size: Optional[int], relation: str, sampling: str, epsilon: float, delta: float,
+         accountant: str, risk_cells: Sequence[str] = ()) -> str:
     unit_cell = f"group of {group_size}" if unit == "group" and group_size else latex_escape(unit)
     cells = [unit_cell, _RELATION[relation], sampling, f"$\\le {latex_upper(epsilon)}$",
              f"${_latex_exact(delta)}$", *risk_cells, _ACCOUNTANT.get(accountant, latex_escape(accountant))]
@@ -308,7 +310,7 @@ def _software_entry() -> str:
     """A @misc entry for metadp itself: name, version and authors as the package states them."""
     author = "{metadp developers}"
     try:
-        stated = metadata.metadata("metadp").get("Author")
+        stated = cast(Any, metadata.metadata("metadp")).get("Author")  # (an email Message: it has .get)
     except metadata.PackageNotFoundError:  # run from a source tree that is not installed
         stated = None
     if stated:

@@ -13,7 +13,7 @@ import math
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional, Tuple, Union
+from typing import Any, Mapping, Optional, Tuple, Union, cast
 
 from metadp.core.validation import check_count, check_delta, check_positive
 from metadp.core import events as ev
@@ -27,7 +27,7 @@ from metadp.plan_noise import NoiseSpec, _check_keys, _choice
 from metadp.releases import Release, plan_against, plan_release
 from metadp.report import Report, build_report
 from metadp.units import unit_views
-from metadp.sampling import NOT_IN_PLANS, SCHEMES, Sampling, parse_hierarchy
+from metadp.sampling import NOT_IN_PLANS, SCHEMES, Guarantee, Sampling, parse_hierarchy
 from metadp.amplification.multistage import Hierarchy
 
 __all__ = ["Plan", "SamplingSpec", "NoiseSpec", "load_plan", "loads_plan", "default_plan", "plan_epsilon", "UNITS"]
@@ -40,7 +40,7 @@ _SAMPLING_KEYS = ("scheme", "population", "batch_size", "rate", "episodes", "ste
 _CLAIM_KEYS = ("epsilon", "source")
 
 
-def _table(d: Mapping, key: str) -> Mapping:
+def _table(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = d.get(key)
     if value is None:
         raise ValueError(f"{key} table is missing (see docs/plan-format.md)")
@@ -54,7 +54,7 @@ class SamplingSpec:
     ``FixedSize``, ``NoSampling``, ``Episodic``, ``Shuffle``), which ``Plan.sampling`` holds."""
 
     @staticmethod
-    def from_dict(d: Mapping) -> Sampling:
+    def from_dict(d: Mapping[str, Any]) -> Sampling:
         _check_keys(d, _SAMPLING_KEYS, "sampling.")
         if not isinstance(d.get("scheme"), (str, type(None))):
             raise ValueError(f"sampling.scheme must be one of {tuple(SCHEMES)}, got {d.get('scheme')!r}")
@@ -88,7 +88,7 @@ class Plan:
     against: Optional[str] = None  # "server": the record's guarantee against the server (release.form local_noise)
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Plan":
+    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
         if not isinstance(d, Mapping):
             raise ValueError(f"a plan must be a table/dict, got {type(d).__name__}")
         _check_keys(d, _TOP_KEYS, "")
@@ -107,7 +107,7 @@ class Plan:
             raise ValueError("noise.clipping applies to plans with [[hierarchy]] levels (how a record's appearances "
                              "in episodes move the sum); remove it or add the hierarchy")
         if hierarchy is not None:
-            sampling = dataclasses.replace(sampling, hierarchy=hierarchy)
+            sampling = dataclasses.replace(cast(Any, sampling), hierarchy=hierarchy)  # (a scheme that has one)
         relation = _choice("relation", d.get("relation", sampling.relation), ("add_remove", "substitute"))
         if relation not in sampling.relations:
             raise ValueError(f"relation must be '{sampling.relations[0]}' for sampling.scheme = "
@@ -161,7 +161,7 @@ class Plan:
         """The event of one training step for one task/record (as sampled; no group or episodic view)."""
         return self.sampling.step_event(self.noise.event())
 
-    def units(self):
+    def units(self) -> Tuple[Guarantee, ...]:
         """Every meaningful unit's view of this plan, its own unit first (``metadp.units``)."""
         return unit_views(self)
 
@@ -177,13 +177,13 @@ class Plan:
         if g.event is None or g.alternatives:
             raise ValueError(f"the {g.unit}-level bound of this plan (sampling.scheme = '{self.sampling.scheme}') is "
                              "the worst of several events, not one event: use plan_epsilon")
-        return ev.SelfComposed(g.event, g.steps)
+        return ev.SelfComposed(g.event, cast(int, g.steps))  # (a plan's views count their charges)
 
 
 MAX_GROUP_SIZE = 10**5  # the largest group_size a plan may declare (_group_size)
 
 
-def _group_size(d: Mapping, unit: str) -> Optional[int]:
+def _group_size(d: Mapping[str, Any], unit: str) -> Optional[int]:
     if unit == "group":
         if "group_size" not in d:
             raise ValueError("group_size is required for unit = 'group' (the number of units protected together)")
@@ -199,7 +199,7 @@ def _group_size(d: Mapping, unit: str) -> Optional[int]:
     return None
 
 
-def _record_multiplicity(d: Mapping, unit: str, sampling: Sampling, noise: NoiseSpec,
+def _record_multiplicity(d: Mapping[str, Any], unit: str, sampling: Sampling, noise: NoiseSpec,
                          hierarchy: Optional[Hierarchy]) -> Optional[int]:
     """``record_multiplicity``: in how many tasks of a fixed population one record is at most (unit = task or
     record, clipped sums, no [[hierarchy]], which draws fresh episodes instead)."""
@@ -219,7 +219,7 @@ def _record_multiplicity(d: Mapping, unit: str, sampling: Sampling, noise: Noise
     return k
 
 
-def _hierarchy(d: Mapping, sampling: Sampling, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:
+def _hierarchy(d: Mapping[str, Any], sampling: Sampling, noise: NoiseSpec, unit: str) -> Optional[Hierarchy]:
     if "hierarchy" not in d:
         if sampling.hierarchy_use == "episodes":
             raise ValueError(f"sampling.scheme = '{sampling.scheme}' needs the [[hierarchy]] levels (how an episode "
@@ -238,7 +238,7 @@ def _hierarchy(d: Mapping, sampling: Sampling, noise: NoiseSpec, unit: str) -> O
     return parse_hierarchy(d["hierarchy"])
 
 
-def _steps(d: Mapping, sampling: Sampling) -> int:
+def _steps(d: Mapping[str, Any], sampling: Sampling) -> int:
     if "steps" in d and "epochs" in d:
         raise ValueError("steps and epochs are mutually exclusive: give one")
     if "epochs" in d:
@@ -322,8 +322,8 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
     if charges:
         views = tuple(dataclasses.replace(v, steps=charges[v.key]) if v.key in charges else v for v in views)
     primary, others = views[0], views[1:]
-    found = certify(primary.events or (ev.NonPrivate(),), plan.delta, steps=primary.steps, relation=primary.relation,
-                    accountant=names, max_seconds=max_seconds)
+    found = certify(primary.events or (ev.NonPrivate(),), plan.delta, steps=cast(int, primary.steps),  # (a plan's)
+                    relation=primary.relation, accountant=names, max_seconds=max_seconds)
     best = found.tightest
     if not primary.events:  # no guarantee: epsilon infinite, and the report says why
         best = dataclasses.replace(best, notes=tuple(best.notes) + (f"no {primary.key}-level guarantee: "
@@ -342,6 +342,12 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
             best = dataclasses.replace(best, epsilon_lower=min(max(lows), best.epsilon) if lows else None,
                                        notes=tuple(best.notes) + ((note,) if note else ()))
             own_lower = None
+    loose = plan.sampling.loose_event  # the accountant's lower ends are for a looser event than the sampler's
+    if loose and own_lower is None and best.epsilon_lower is not None:
+        best = dataclasses.replace(best, epsilon_lower=None, notes=tuple(best.notes) + (
+            f"no certified lower bound: the accountant bounds the {plan.sampling.scheme} sampler by a looser event, "
+            "whose lower end the sampler need not reach; the scheme's own lower bound is for the plan's unit over "
+            "whole passes (no record_multiplicity, no group, a population of whole batches)",))
     if own_lower is not None:
         # the one-pass schemes: a lower bound on the sampler's own epsilon; an accountant's lower end is one for
         # the (looser) event it was given, not for the sampler, so it is replaced
@@ -354,13 +360,16 @@ def plan_epsilon(plan: Plan, accountant: Optional[str] = None, *, max_seconds: O
             unbounded.append(f"{view.unit}-level: no guarantee is certified ({view.reason})")
             continue
         try:
-            other = certify(view.events, plan.delta, steps=view.steps, relation=view.relation, accountant=names,
-                            max_seconds=max_seconds).tightest
+            other = certify(view.events, plan.delta, steps=cast(int, view.steps), relation=view.relation,
+                            accountant=names, max_seconds=max_seconds).tightest
         except UnsupportedEventError:
             continue
-        other_units.append(view.certified(other.epsilon, other.epsilon_lower, other.accountant,
+        other_units.append(view.certified(other.epsilon, None if loose else other.epsilon_lower, other.accountant,
                                           other.notes).other_unit())
-    return build_report(plan, best, alternatives=found.certificates if name == "all" else (), view=primary,
+    alternatives = found.certificates if name == "all" else ()
+    if loose:  # each accountant's lower end is for the looser event too
+        alternatives = tuple(dataclasses.replace(c, epsilon_lower=None) for c in alternatives)
+    return build_report(plan, best, alternatives=alternatives, view=primary,
                         other_units=other_units, unbounded=unbounded)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple, cast
 
 from metadp.accounting.adaptive_clipping import combined_noise_multiplier
 from metadp.core import events as ev
@@ -23,7 +23,7 @@ _NOISE_KEYS = ("mechanism", "multiplier", "scale", "clipping", "count_noise", "c
                "horizon", "momentum")
 
 
-def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
+def _check_keys(table: Mapping[str, Any], allowed: Tuple[str, ...], prefix: str) -> None:
     for key in table:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
@@ -31,7 +31,7 @@ def _check_keys(table: Mapping, allowed: Tuple[str, ...], prefix: str) -> None:
             raise ValueError(f"{prefix}{key} is not a known plan key{hint}")
 
 
-def _choice(name: str, value, allowed: Tuple[str, ...]) -> str:
+def _choice(name: str, value: object, allowed: Tuple[str, ...]) -> str:
     if value not in allowed:
         close = difflib.get_close_matches(str(value), allowed, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -62,7 +62,7 @@ class NoiseSpec:
     momentum: Optional[float] = None
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "NoiseSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> "NoiseSpec":
         _check_keys(d, _NOISE_KEYS, "noise.")
         mechanism = _choice("noise.mechanism", d.get("mechanism", "gaussian"), MECHANISMS)
         clipping = _choice("noise.clipping", d.get("clipping", "per_episode"), CLIPPING)
@@ -120,7 +120,7 @@ class NoiseSpec:
             return ev.NonPrivate()
         if self.mechanism == "gaussian" and self.count_noise is not None:
             # the noisy sum and the noisy count of unclipped updates on one sample: one Gaussian
-            return ev.Gaussian(combined_noise_multiplier(self.multiplier, self.count_noise))
-        if self.mechanism == "gaussian":
-            return ev.Gaussian(self.multiplier)
-        return ev.Laplace(self.scale)
+            return ev.Gaussian(combined_noise_multiplier(cast(float, self.multiplier), self.count_noise))
+        if self.mechanism == "gaussian":  # (a gaussian spec has a multiplier, a laplace one a scale)
+            return ev.Gaussian(cast(float, self.multiplier))
+        return ev.Laplace(cast(float, self.scale))

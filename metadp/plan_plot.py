@@ -27,7 +27,7 @@ under shuffled passes a unit is released once per pass, so its curve is a stairc
 
 matplotlib is optional (``pip install "metadp[plot]"``) and imported only when a plot is drawn. The
 figure is rendered with the Agg canvas directly (no pyplot), so the caller's backend and global pyplot
-state are untouched. Regenerate the README's figure with one command::
+state are untouched. Regenerate the documentation's figure with one command::
 
     python -m metadp.plan_plot docs/figures/plan_default.png --overwrite
 """
@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def _releases(plan: Plan, view: Guarantee, grid: np.ndarray) -> List[int]:
         if len(at_t) != 1 or at_t[0].events != view.events or at_t[0].relation != view.relation:
             raise RuntimeError(f"the {view.unit}-level view of {plan.name!r} changes its events with the number "
                                "of steps: it has no trajectory (please report this plan)")
-        counts.append(at_t[0].steps)
+        counts.append(cast(int, at_t[0].steps))  # (a plan's views count their charges)
     return counts
 
 
@@ -109,7 +109,7 @@ def _reported(report: Report, unit: str, name: str) -> Optional[float]:
 def _full_epsilon(name: str, view: Guarantee, delta: float) -> Tuple[float, List[str]]:
     """The certified epsilon of the whole view, as ``metadp.plan.plan_epsilon`` computes it (``certify``: the
     largest over the view's alternative events), with its notes."""
-    found = certify(view.events, delta, steps=view.steps, relation=view.relation, accountant=name).tightest
+    found = certify(view.events, delta, steps=cast(int, view.steps), relation=view.relation, accountant=name).tightest
     return found.epsilon, [f"{view.unit}, {name.upper()}: {n}" for n in found.notes]
 
 

@@ -9,7 +9,7 @@ record). ``metadp plan`` prints them; the library adds them on request (about 0.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, cast
 
 from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.registry import make_accountant
@@ -19,11 +19,15 @@ from metadp.core import events as ev
 from metadp.plan_solve import Solved, Unreachable, _with
 from metadp.units import unit_views
 
+if TYPE_CHECKING:
+    from metadp.plan import Plan
+    from metadp.report import Report
+
 __all__ = ["with_risk", "view_risk", "plan_tpr", "calibrate_for_tpr"]
 
 
-def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence[float] = FPRS,
-              lower: bool = True) -> Optional[dict]:
+def view_risk(events: Sequence[ev.Event], steps: int, relation: str, accountant: str, fprs: Sequence[float] = FPRS,
+              lower: bool = True) -> Optional[Dict[str, Any]]:
     """The attack risk (``AttackRisk.to_dict()``) of ``steps`` charges of ``events``, by ``accountant``'s route
     (PLD, falling back to RDP where the PLD accountant cannot compose them or its lattice leaves float64's range);
     None where neither can (the report then has no attack row for the unit)."""
@@ -38,7 +42,8 @@ def view_risk(events, steps: int, relation: str, accountant: str, fprs: Sequence
     return None
 
 
-def with_risk(report, plan, fprs: Sequence[float] = FPRS, charges=None):
+def with_risk(report: Report, plan: Plan, fprs: Sequence[float] = FPRS,
+              charges: Optional[Mapping[str, int]] = None) -> Report:
     """``report`` (``plan_epsilon(plan)``, or with ``charges``: a run's counts by view key, as ``plan_epsilon``
     takes them) with each unit's certified attack risk (module docstring)."""
     views = {v.key: (dataclasses.replace(v, steps=charges[v.key]) if charges and v.key in charges else v)
@@ -46,7 +51,8 @@ def with_risk(report, plan, fprs: Sequence[float] = FPRS, charges=None):
     primary = next(iter(views.values()))
     events = primary.events or (ev.NonPrivate(),)
     lowered = banded_lower(plan) if plan.noise.correlation == "banded" else None
-    risk = view_risk(events, primary.steps, primary.relation, report.accountant, fprs, lower=lowered is None)
+    risk = view_risk(events, cast(int, primary.steps), primary.relation, report.accountant, fprs,  # (a plan's)
+                     lower=lowered is None)
     if lowered is not None and lowered[0] is not None and risk is not None:
         # the lower ends of the composition named datasets attain (metadp.banded_noise.banded_lower), as the epsilon's
         event, count = lowered[0]
@@ -61,22 +67,22 @@ def with_risk(report, plan, fprs: Sequence[float] = FPRS, charges=None):
     others = []
     for other in report.other_units:
         view = views.get(other.get("view") or other["unit"])
-        found = None if view is None or not view.events else view_risk(view.events, view.steps, view.relation,
-                                                                       other["accountant"], fprs)
+        found = None if view is None or not view.events else view_risk(
+            view.events, cast(int, view.steps), view.relation, other["accountant"], fprs)
         others.append(dict(other, risk=found))
     return dataclasses.replace(report, risk=risk, other_units=tuple(others))
 
 
-def plan_tpr(plan, at_fpr: float) -> float:
+def plan_tpr(plan: Plan, at_fpr: float) -> float:
     """The certified upper bound on the best membership test's TPR at FPR ``at_fpr`` against the plan's own unit."""
     view = unit_views(plan)[0]
-    found = view_risk(view.events or (ev.NonPrivate(),), view.steps, view.relation,
+    found = view_risk(view.events or (ev.NonPrivate(),), cast(int, view.steps), view.relation,
                       plan.accountant if plan.accountant in ("pld", "rdp") else "pld", (at_fpr,), lower=False)
-    return 1.0 if found is None else found["tpr"][0]
+    return 1.0 if found is None else cast(float, found["tpr"][0])
 
 
-def calibrate_for_tpr(plan_dict, solve: str, target_tpr: float, at_fpr: float, progress=None,
-                      rel_tol: float = 1e-3) -> Solved:
+def calibrate_for_tpr(plan_dict: Mapping[str, Any], solve: str, target_tpr: float, at_fpr: float,
+                      progress: Optional[Callable[[float, float], None]] = None, rel_tol: float = 1e-3) -> Solved:
     """The smallest noise multiplier, the largest number of steps or the largest Poisson rate (``solve``) at which
     the plan's certified TPR bound at ``at_fpr`` is at most ``target_tpr``, as ``metadp.plan_solve.calibrate_plan``
     does for epsilon: each try certified, the answer on the side that meets the target (noise to ``rel_tol``
@@ -97,7 +103,7 @@ def calibrate_for_tpr(plan_dict, solve: str, target_tpr: float, at_fpr: float, p
     if solve not in ("noise", "steps", "rate"):
         raise ValueError(f"solve must be one of noise, steps, rate, got {solve!r}")
 
-    def meets(**value):
+    def meets(**value: Any) -> bool:
         plan = _with(plan_dict, **value)
         found = plan_tpr(plan, at_fpr)
         if progress is not None:
@@ -130,22 +136,22 @@ def calibrate_for_tpr(plan_dict, solve: str, target_tpr: float, at_fpr: float, p
         raise ValueError("solving for the rate needs Poisson sampling (sampling.scheme = 'poisson')")
     if meets(rate=1.0):
         return Solved("rate", 1.0, _with(plan_dict, rate=1.0))
-    low, high = 0.0, 1.0  # high fails; halve until one meets the target, then bisect
+    q_low, q_high = 0.0, 1.0  # q_high fails; halve until one meets the target, then bisect
     while True:
-        mid = high / 2.0
-        if mid < 1e-9:
+        q_mid = q_high / 2.0
+        if q_mid < 1e-9:
             raise Unreachable(f"no sampling rate down to 1e-9 brings the TPR bound at FPR {at_fpr:g} to {target_tpr:g}")
-        if meets(rate=mid):
-            low = mid
+        if meets(rate=q_mid):
+            q_low = q_mid
             break
-        high = mid
-    while high - low > rel_tol * low:
-        mid = 0.5 * (low + high)
-        low, high = (mid, high) if meets(rate=mid) else (low, mid)
-    return Solved("rate", low, _with(plan_dict, rate=low))
+        q_high = q_mid
+    while q_high - q_low > rel_tol * q_low:
+        q_mid = 0.5 * (q_low + q_high)
+        q_low, q_high = (q_mid, q_high) if meets(rate=q_mid) else (q_low, q_mid)
+    return Solved("rate", q_low, _with(plan_dict, rate=q_low))
 
 
-def _search(ok, start: float, rel_tol: float, limit: float) -> Optional[float]:
+def _search(ok: Callable[[float], bool], start: float, rel_tol: float, limit: float) -> Optional[float]:
     """The smallest x > 0 (to ``rel_tol``, returned where ``ok``) with ok(x), for ok false below and true above."""
     low, high = 0.0, start
     while not ok(high):

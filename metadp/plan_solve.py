@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, cast
 
 from metadp.accounting import calibration
 from metadp.accounting.rdp_accountant import UnsupportedEventError
@@ -22,6 +22,7 @@ from metadp.releases import noise_keys as release_noise_keys
 __all__ = ["SOLVABLE", "Solved", "Unreachable", "calibrate_plan", "noise_keys"]
 
 SOLVABLE = ("noise", "steps", "rate")
+_T = TypeVar("_T")
 
 
 class Unreachable(ValueError):
@@ -42,29 +43,31 @@ def noise_keys(d: Mapping[str, Any]) -> Tuple[str, ...]:
     (``metadp.releases.noise_keys`` of its release's form and its unit's view)."""
     release = d.get("release")
     form = release.get("form", "task_clip") if isinstance(release, Mapping) else "task_clip"
-    return release_noise_keys(form, "record-vs-server" if d.get("against") == "server" else d.get("unit"))
+    return release_noise_keys(form, "record-vs-server" if d.get("against") == "server" else cast(str, d.get("unit")))
 
 
-def _with(d: Mapping[str, Any], *, noise=None, steps=None, rate=None) -> Plan:
-    d = copy.deepcopy(dict(d))
+def _with(d: Mapping[str, Any], *, noise: Optional[float] = None, steps: Optional[int] = None,
+          rate: Optional[float] = None) -> Plan:
+    table = copy.deepcopy(dict(d))
     if noise is not None:
-        for key in noise_keys(d):
+        for key in noise_keys(table):
             part, name = key.split(".")
-            d[part] = dict(d.get(part, {"mechanism": "gaussian"} if part == "noise" else {}), **{name: noise})
+            table[part] = dict(table.get(part, {"mechanism": "gaussian"} if part == "noise" else {}), **{name: noise})
     if steps is not None:
-        d["steps"] = steps
+        table["steps"] = steps
     if rate is not None:
-        d["sampling"] = dict(d["sampling"], rate=rate)
-    return Plan.from_dict(d)
+        table["sampling"] = dict(table["sampling"], rate=rate)
+    return Plan.from_dict(table)
 
 
-def _best(template: Plan, solve_with, pick):
+def _best(template: Plan, solve_with: Callable[[str], _T], pick: Callable[[List[_T]], _T]) -> _T:
     """``solve_with(accountant)`` for the plan's accountant; for ``accountant = "all"`` (the report takes the
     tightest accountant's bound) for each accountant that handles the plan, the best by ``pick`` (min or
     max): the report at that value is within the target, since its own accountant's bound is."""
     if template.accountant != "all":
         return solve_with(template.accountant)
-    found, errors = [], []
+    found: List[_T] = []
+    errors: List[str] = []
     for name in ACCOUNTANTS:
         try:
             found.append(solve_with(name))
@@ -75,7 +78,8 @@ def _best(template: Plan, solve_with, pick):
     return pick(found)
 
 
-def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: float, progress=None) -> Solved:
+def calibrate_plan(plan_dict: Mapping[str, Any], solve: str, target_epsilon: float,
+                   progress: Optional[Callable[[float, float], None]] = None) -> Solved:
     """The smallest noise multiplier, the largest number of steps or the largest Poisson rate (``solve``)
     for which the plan's epsilon at its delta is at most ``target_epsilon`` (``progress``: called with
     (value tried, its certified epsilon) after each evaluation of the search).

@@ -68,12 +68,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive
 from metadp.sampling import Guarantee, Sampling
 from metadp.sampling.guarantee import EVERYONE
+
+if TYPE_CHECKING:
+    from metadp.plan_noise import NoiseSpec
 
 __all__ = ["Release", "FORMS", "release_views", "noise_keys", "plan_release", "plan_against", "REFS"]
 
@@ -193,7 +196,7 @@ def noise_keys(form: str, key: str) -> Tuple[str, ...]:
     return ("noise.multiplier",)
 
 
-def plan_release(d: Mapping[str, Any], noise, multiplicity: Optional[int]) -> Optional[Release]:
+def plan_release(d: Mapping[str, Any], noise: NoiseSpec, multiplicity: Optional[int]) -> Optional[Release]:
     """A plan's ``[release]``, checked against its ``noise`` (``metadp.plan.NoiseSpec``) and
     ``record_multiplicity``: None for the default, each task's contribution clipped (task_clip)."""
     if "release" not in d:
@@ -226,7 +229,7 @@ def plan_against(d: Mapping[str, Any], unit: str, release: Optional[Release]) ->
     return "server"
 
 
-def _inner_noise(value, allow_zero: bool) -> float:
+def _inner_noise(value: object, allow_zero: bool) -> float:
     if allow_zero and value == 0 and not isinstance(value, bool):
         return 0.0
     return check_positive("release.inner_noise", value)
@@ -273,8 +276,8 @@ def central_views(scheme: Sampling, noise: float, k: int, party: str) -> Tuple[G
     relation, charge, event, basis = _central(scheme, noise)
     task = Guarantee("task", "task", EVERYONE, relation, charge, event, basis, f"one {party} (all of its data) added "
                      "or removed")
-    charge, event, basis, reason = scheme.pooled_task_record(noise, k)
-    record = Guarantee("record", "record", EVERYONE, "add_remove", charge, event, basis,
+    charge, pooled, basis, reason = scheme.pooled_task_record(noise, k)
+    record = Guarantee("record", "record", EVERYONE, "add_remove", charge, pooled, basis,
                        reason or f"one record added or removed; it is in at most {k} task(s) of the pool, each of "
                                  "which moves the clipped sum by up to 2C")
     return task, record

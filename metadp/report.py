@@ -12,12 +12,18 @@ import dataclasses
 import json
 import decimal
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from metadp import __version__
+from metadp.accounting.certificate import Certificate
 from metadp.accounting.registry import accountant_class
 from metadp.citations import short_reference
-from metadp.sampling import from_record
+from metadp.core import events as ev
+from metadp.sampling import Guarantee, from_record
+
+if TYPE_CHECKING:  # (metadp.plan imports this module)
+    from metadp.plan import Plan
+    from metadp.releases import Release
 
 __all__ = ["Report", "build_report", "no_guarantee", "risk_text", "relation_label", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
 
@@ -96,7 +102,7 @@ class Report:
     assumptions: Tuple[str, ...]
     citations: Tuple[str, ...]
     warnings: Tuple[str, ...] = ()
-    claim: Optional[Dict[str, Any]] = None
+    claim: Optional[Mapping[str, Any]] = None
     epsilon_lower: Optional[float] = None  # certified lower bound on the optimal epsilon (PLD), if known
     alternatives: Tuple[Dict[str, Any], ...] = ()  # every accountant's bound (``--accountant all``)
     other_units: Tuple[Dict[str, Any], ...] = ()  # the other meaningful units' bounds (metadp.units)
@@ -150,11 +156,12 @@ class Report:
             rows.append(("attack", risk_text(self.risk)))
         if self.event is not None:
             rows.append(("event", self.event))
-        else:
-            sampled = self.sampling.get("units_sampled") or ("unit" if self.unit == "group" else self.unit)
-            rows += [("sampling", from_record({k: v for k, v in self.sampling.items() if k != "units_sampled"})
+        else:  # a plan's or a run's report: it has sampling and noise
+            scheme = cast(Dict[str, Any], self.sampling)
+            sampled = scheme.get("units_sampled") or ("unit" if self.unit == "group" else self.unit)
+            rows += [("sampling", from_record({k: v for k, v in scheme.items() if k != "units_sampled"})
                       .text(sampled)),
-                     ("noise", _noise_text(self.noise)),
+                     ("noise", _noise_text(cast(Dict[str, Any], self.noise))),
                      ("steps", f"{self.steps:,}")]
         for alt in self.alternatives:
             lower = "" if alt["epsilon_lower"] is None else f", lower bound {_format_lower(alt['epsilon_lower'])}"
@@ -191,11 +198,14 @@ class Report:
         if self.event is not None:
             sampling, noise = _latex_escape(self.event), ""
         else:
-            sampling = from_record(self.sampling).latex()
-            noise = {"gaussian": lambda n: f"$z={n['multiplier']:g}$", "none": lambda n: "none",
-                     "laplace": lambda n: f"Laplace $b={n['scale']:g}$"}[self.noise["mechanism"]](self.noise)
-            if "release" in self.noise:
-                noise += f"; $z_{{in}}={self.noise['release']['inner_noise']:g}$"
+            spec = cast(Dict[str, Any], self.noise)  # (a plan's or a run's report: it has sampling and noise)
+            sampling = from_record(cast(Dict[str, Any], self.sampling)).latex()
+            cell: Dict[str, Callable[[Dict[str, Any]], str]] = {
+                "gaussian": lambda n: f"$z={n['multiplier']:g}$", "none": lambda n: "none",
+                "laplace": lambda n: f"Laplace $b={n['scale']:g}$"}
+            noise = cell[spec["mechanism"]](spec)
+            if "release" in spec:
+                noise += f"; $z_{{in}}={spec['release']['inner_noise']:g}$"
         relation = relation_label(self.relation)
         delta = _latex_number(self.delta)
         bound = r"\infty" if math.isinf(self.epsilon) else format_upper(self.epsilon)
@@ -206,17 +216,17 @@ class Report:
         return header + "\n" + " & ".join(cells) + " \\\\"
 
 
-def no_guarantee(name: str, warning: str, **fields) -> Dict[str, Any]:
+def no_guarantee(name: str, warning: str, **fields: Any) -> Dict[str, Any]:
     """The ``Report`` schema of a run that certifies nothing: every field None, ``bound`` "none", the reason as
     its one warning, and ``fields`` (what the run does describe: sampling, noise, steps)."""
-    d = {f.name: None for f in dataclasses.fields(Report)}
+    d: Dict[str, Any] = {f.name: None for f in dataclasses.fields(Report)}
     d.update(name=name, assumptions=[], citations=[], warnings=[warning], alternatives=[], other_units=[],
              bound="none", epsilon_display=None, epsilon_interval_width=None, metadp_version=__version__)
     d.update(fields)
     return d
 
 
-def json_epsilon(x: float):
+def json_epsilon(x: float) -> Union[float, str]:
     """An epsilon for JSON: the number, or the string "inf" where no finite bound is certified (JSON has no
     infinity, and null would say nothing; ``float("inf")`` reads it back)."""
     return "inf" if math.isinf(x) else x
@@ -246,8 +256,8 @@ def _format_lower(x: Optional[float], digits: int = 4) -> str:
 
 
 def _latex_number(x: float) -> str:
-    mantissa, exponent = f"{x:.3g}e+0".split("e")[:2] if "e" not in f"{x:.3g}" else f"{x:.3g}".split("e")
-    exponent = int(exponent)
+    mantissa, power = f"{x:.3g}e+0".split("e")[:2] if "e" not in f"{x:.3g}" else f"{x:.3g}".split("e")
+    exponent = int(power)
     if exponent == 0:
         return mantissa
     return f"10^{{{exponent}}}" if mantissa == "1" else f"{mantissa}\\times 10^{{{exponent}}}"
@@ -289,7 +299,9 @@ def _noise_text(n: Dict[str, Any]) -> str:
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
-def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(), unbounded=()) -> Report:
+def build_report(plan: Plan, certificate: Certificate, *, alternatives: Sequence[Certificate] = (),
+                 view: Optional[Guarantee] = None, other_units: Sequence[Dict[str, Any]] = (),
+                 unbounded: Sequence[str] = ()) -> Report:
     """Assembles the report of ``plan`` from the tightest accountant's ``Certificate`` (``plan_epsilon``);
     ``alternatives``: every accountant's certificate, listed where the plan asked for all of them;
     ``unbounded``: a warning for each other unit that has no bound."""
@@ -300,8 +312,8 @@ def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(
         warnings.insert(0, f"no finite epsilon is certified: at delta {plan.delta:g} every accountant that handles this "
                            "plan gives infinity (too little noise, or a non-private release), so the plan protects "
                            "nothing as written")
-    alts = tuple({"accountant": c.accountant, "epsilon": c.epsilon, "epsilon_lower": c.epsilon_lower}
-                 for c in alternatives)
+    alts: Tuple[Dict[str, Any], ...] = tuple(
+        {"accountant": c.accountant, "epsilon": c.epsilon, "epsilon_lower": c.epsilon_lower} for c in alternatives)
     lowers = [a for a in alts if a["epsilon_lower"] is not None]
     for a in lowers:  # a certified lower bound above another certified upper bound is a contradiction
         for b in alts:
@@ -327,7 +339,7 @@ def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(
     if noise.get("correlation") == "independent":  # the keys plans always had: banded noise adds its two
         noise.pop("correlation"), noise.pop("bands", None)
     if getattr(plan, "release", None) is not None:
-        noise["release"] = plan.release.to_table()
+        noise["release"] = cast("Release", plan.release).to_table()
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
                   sampling=sampling, noise=noise, steps=plan.steps, accountant=certificate.accountant,
                   order=certificate.order if certificate.order is not None else math.nan,
@@ -337,16 +349,17 @@ def build_report(plan, certificate, *, alternatives=(), view=None, other_units=(
                   group_size=plan.group_size)
 
 
-def _analysis_notes(plan, certificate, view=None, other_units=()):
+def _analysis_notes(plan: Plan, certificate: Certificate, view: Optional[Guarantee] = None,
+                    other_units: Sequence[Dict[str, Any]] = ()) -> Tuple[List[str], List[str], List[str]]:
     """The assumptions, citation keys and warnings that the plan's analysis rests on (the accountant's method's
     own from its ``Certificate``, last)."""
     unit = plan.unit if plan.unit != "group" else "unit"
     if getattr(plan, "record_multiplicity", None) is not None:
         unit = "task"  # a fixed pool: tasks are sampled, and a record's guarantee follows from its tasks'
     s = plan.sampling
-    assumptions = []
+    assumptions: List[str] = []
     citations = list(certificate.citations)
-    warnings = []
+    warnings: List[str] = []
     release = getattr(plan, "release", None)
     if release is not None:
         assumptions.append(release.describe(plan.noise.multiplier))
@@ -372,8 +385,8 @@ def _analysis_notes(plan, certificate, view=None, other_units=()):
     if plan.noise.count_noise is not None:
         assumptions.append(f"adaptive clipping: the noisy count of unclipped updates (noise std {plan.noise.count_noise:g}, "
                            f"sensitivity 1/2) is released with the sum on the same sample; both are accounted as one "
-                           f"Gaussian with multiplier {plan.noise.event().noise_multiplier:.6g}; the threshold is "
-                           "updated only from released noisy counts (Andrew et al. 2021)")
+                           f"Gaussian with multiplier {cast(ev.Gaussian, plan.noise.event()).noise_multiplier:.6g}; "
+                           "the threshold is updated only from released noisy counts (Andrew et al. 2021)")
         citations.append("andrew2021differentially")
     if plan.group_size:
         assumptions.append(f"the guarantee covers {plan.group_size} units added or removed together: the exact group "

@@ -25,18 +25,21 @@ sampling scheme builds (``Sampling.guarantees`` in ``metadp.sampling.schemes``):
 from __future__ import annotations
 
 import dataclasses
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple, cast
 
 from metadp.banded_noise import banded_views
 from metadp.core import events as ev
 from metadp.releases import Release, release_views
-from metadp.sampling import Guarantee
+from metadp.sampling import Guarantee, Sampling
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, top_unit_shift
+
+if TYPE_CHECKING:  # (metadp.plan imports this module)
+    from metadp.plan import Plan
 
 __all__ = ["parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "LEVEL_KEYS"]
 
 
-def unit_views(plan) -> Tuple[Guarantee, ...]:
+def unit_views(plan: Plan) -> Tuple[Guarantee, ...]:
     """Every meaningful unit's view of ``plan``, the plan's own unit first (``primary``); the plan's
     sampling scheme builds them (``metadp.sampling``). A plan over a fixed pool that declares
     ``record_multiplicity`` has the task's and the record's views (``pooled_views``)."""
@@ -49,15 +52,17 @@ def unit_views(plan) -> Tuple[Guarantee, ...]:
     return _as_private_as(plan, views)
 
 
-def pooled_views(plan) -> Tuple[Guarantee, ...]:
+def pooled_views(plan: Plan) -> Tuple[Guarantee, ...]:
     """The views of a plan over a fixed pool of tasks, each record in at most ``record_multiplicity`` of them:
     the release's (``metadp.releases``: task, record and, against the server, the record again), each charged
     as often as the plan's steps charge it, the plan's unit first. A per-visit charge counts the worst record's
     visits: ``record_multiplicity`` a pass under one-pass sampling, at most that many a step otherwise (a run's
     ledger counts the visits it made, never more)."""
-    k, scheme, steps = plan.record_multiplicity, plan.sampling, plan.steps
+    k, scheme, steps = cast(int, plan.record_multiplicity), plan.sampling, plan.steps  # (declared: pooled views)
     release = plan.release or Release()
-    noise = plan.noise.event() if plan.noise.mechanism == "gaussian" else ev.Gaussian(1.0)  # (no noise: see below)
+    views: Tuple[Guarantee, ...]
+    # (a gaussian spec's event is a Gaussian; no noise: see below)
+    noise = cast(ev.Gaussian, plan.noise.event()) if plan.noise.mechanism == "gaussian" else ev.Gaussian(1.0)
     if release.form == "task_clip":
         task = scheme.guarantees("task", plan.relation, noise, steps, None, plan.noise.clipping)[0]
         views = (dataclasses.replace(task, primary=False), pooled_record_view(scheme, noise, k, task))
@@ -70,7 +75,7 @@ def pooled_views(plan) -> Tuple[Guarantee, ...]:
     return (dataclasses.replace(ordered[0], primary=True),) + tuple(ordered[1:])
 
 
-def _counted(view: Guarantee, scheme, steps: int, k: int) -> Guarantee:
+def _counted(view: Guarantee, scheme: Sampling, steps: int, k: int) -> Guarantee:
     """``view`` with its charges counted over ``steps`` steps of ``scheme`` (module docstring of ``pooled_views``)."""
     if view.charge == "visit":
         per = scheme.releases(steps) if scheme.charge == "pass" else steps
@@ -86,7 +91,7 @@ _NOT_PRIVATE = {
 }
 
 
-def _as_private_as(plan, views: Tuple[Guarantee, ...]) -> Tuple[Guarantee, ...]:
+def _as_private_as(plan: Plan, views: Tuple[Guarantee, ...]) -> Tuple[Guarantee, ...]:
     """``views`` as the plan's noise leaves them: thresholds from raw norms void every guarantee (event None,
     the reason said); no central noise (unless the release's noise is inside the tasks) or an unbounded
     contribution (``noise.clip = 'none'``) makes every release non-private (``NonPrivate``, epsilon infinite)."""
@@ -101,7 +106,7 @@ def _as_private_as(plan, views: Tuple[Guarantee, ...]) -> Tuple[Guarantee, ...]:
     return views
 
 
-def pooled_record_view(sampling, inner, k: int, task: Guarantee) -> Guarantee:
+def pooled_record_view(sampling: Sampling, inner: ev.Gaussian, k: int, task: Guarantee) -> Guarantee:
     """The record's guarantee when each record is in at most ``k`` tasks of a fixed pool and each task's
     contribution is clipped to C under ``inner`` (the same view the trainer gives a flag run of that pool:
     ``Sampling.pooled_task_record``); charged as the scheme charges it, over the task view's charges."""

@@ -49,7 +49,8 @@ def test_the_task_global_record_view_is_the_composed_gaussian_of_its_visits():
     report = plan_epsilon(plan)
     exact = exact_gaussian_epsilon(1.5, 1e-5)
     assert exact <= report.epsilon <= exact * 1.001
-    assert report.epsilon_lower <= exact
+    # balls in bins: a visit's Gaussian ignores the allocation's randomness, so its lower end is not the run's
+    assert report.epsilon_lower is None and "no certified lower bound" in " ".join(report.warnings)
     assert "no task-level guarantee" in " ".join(report.warnings)
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Tuple
+from typing import Optional, Tuple, cast
 
 import numpy as np
 from scipy import special
@@ -60,7 +60,8 @@ def _offsets(h: float, down: bool) -> np.ndarray:
     return d[: last + 1]
 
 
-def _combine(a: np.ndarray, a0: float, b: np.ndarray, b0: float, offsets: np.ndarray, tail: int):
+def _combine(a: np.ndarray, a0: float, b: np.ndarray, b0: float, offsets: np.ndarray,
+             tail: int) -> Tuple[np.ndarray, float]:
     """The pmf of the rounded log(e^A + e^B) on the grid, and its zero atom (A, B independent; a0, b0 their
     masses at V = 0). Index i is the grid value w_0 + i h for both inputs and the output."""
     n = max(len(a), len(b))
@@ -125,6 +126,7 @@ def log_lattice_pass(z: float, t: int, direction: str, h: float = 1e-3) -> Tuple
         inf_mass = (tilted + (t - 1.0) * mean_plus * above) * (1.0 + 1e-12) + 1e-300
     offsets = _offsets(h, down)
     tail = 0 if down else 1
+    total: Optional[np.ndarray]
     total, total0, sums = None, 0.0, 0
     power, power0 = one, zero
     k = t
@@ -140,6 +142,7 @@ def log_lattice_pass(z: float, t: int, direction: str, h: float = 1e-3) -> Tuple
             power, power0 = _combine(power, power0, power, power0, offsets, tail)
             sums += 1
     # float round-off: each mass is a sum of at most (grid points)^2 non-negative products
+    total = cast(np.ndarray, total)  # set in the loop (t >= 1)
     total = total * (1.0 + 4.0 * _U * (sums + 2) * len(total))
     idx = np.nonzero(total > 0)[0]
     log_s = lo + h * idx.astype(np.float64)

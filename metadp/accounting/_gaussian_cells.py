@@ -4,6 +4,7 @@ cell masses: ``allocation_pld`` and ``_allocation_log``)."""
 from __future__ import annotations
 
 import math
+from typing import Tuple
 
 import numpy as np
 from scipy import special
@@ -15,7 +16,7 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(5)
 _GL_C = 120.0**4 / (11.0 * math.factorial(10) ** 3)  # 5-point Gauss-Legendre remainder constant
 
 
-def log_cell(lo: np.ndarray, hi: np.ndarray, mean: float, z: float):
+def log_cell(lo: np.ndarray, hi: np.ndarray, mean: float, z: float) -> Tuple[np.ndarray, np.ndarray]:
     """log Pr[N(mean, z^2) in (lo, hi]] and a bound on its absolute error (so on the mass's relative one).
 
     Wide cells: a difference of log_ndtr (CDFs in the lower half, survival functions in the upper: no

@@ -9,7 +9,7 @@ import hashlib
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from metadp.core.validation import check_delta
 from metadp.core import events as ev
@@ -19,7 +19,7 @@ from metadp.core.serialize import event_from_dict
 try:  # advisory single-writer lock; absent on Windows
     import fcntl
 except ImportError:  # pragma: no cover
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # (no module: the lock is skipped)
 
 __all__ = ["LedgerRecord", "LedgerError", "LedgerCorruptError", "TornLedgerError", "LEDGER_UNITS", "FORMAT", "VERSION",
            "canonical_json"]
@@ -141,7 +141,7 @@ def _repair(fd: int, end: int, torn: TornLedgerError) -> str:
 # -- parsing and verification --------------------------------------------------------------------
 
 
-def _parse(data: bytes, path: str):
+def _parse(data: bytes, path: str) -> Tuple[Dict[str, Any], List[LedgerRecord], int, Optional[TornLedgerError]]:
     """(header, records, verified byte length, torn error or None) of a ledger file's bytes."""
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline, else the unterminated final line
@@ -223,7 +223,8 @@ def _check_header(raw: bytes, path: str) -> Dict[str, Any]:
     return obj
 
 
-def _check_entry(obj, raw, index, prev, where, events) -> LedgerRecord:
+def _check_entry(obj: Dict[str, Any], raw: bytes, index: int, prev: str, where: str,
+                 events: Dict[str, ev.Event]) -> LedgerRecord:
     if set(obj) != _ENTRY_KEYS:
         raise LedgerCorruptError(f"{where} has keys {sorted(obj)}, expected {sorted(_ENTRY_KEYS)}")
     _check_sealed(obj, raw, where)

@@ -11,15 +11,17 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from metadp.accounting import _pld_compose as _comp
 from metadp.accounting import _pld_event as _event
 from metadp.accounting import _pld_lattice as _lat
 from metadp.accounting import _pld_window as _win
 from metadp.accounting._pld_window import DELTA_SHARE as _DELTA_SHARE, STEPS as _STEPS
+from metadp.core._typing import FloatArray
 
 __all__ = ["PldResult"]
 
@@ -28,6 +30,10 @@ _PILOT = 14  # the first lattice puts about 2^_PILOT points across the composed 
 _MIN_FACTOR = 0.25  # the most a refinement round shrinks h
 _WIDTH = 8.0  # the FFT window spans the tilted sum's mean +- this many standard deviations
 _COARSER = 4.0  # a direction behind the largest is first bounded on a lattice this many times coarser
+_Direction = Sequence[Tuple[_lat.Pair, int]]  # one direction's (pair, count) of every item
+_Lattices = Sequence[Tuple[_lat.Lattice, int]]  # one direction's (lattice, count) of every item
+_Terms = Callable[[], Dict[str, float]]  # the shares of delta charged, computed on demand (``_charged_terms``)
+_Found = Tuple[float, float, int, _Terms]  # a direction's (lower, upper, FFT size, charged terms): ``_round``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +63,7 @@ class PldResult:
                 f"{self.delta:g} ({self.steps:,} releases; {lattice}){notes}")
 
 
-
-
-def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: int,
+def _bounds(items: Sequence[_lat.LiveItem], delta: float, tolerance: float, max_points: int, max_memory: int,
             max_seconds: float = math.inf) -> PldResult:
     """Certified bounds at ``delta``, refining the lattice until upper - lower <= tolerance * upper (it
     aims at half of that, and stops short of the aim without a note once within the tolerance).
@@ -81,8 +85,9 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
     width = max(_lat.window_estimate(pairs, _DELTA_SHARE * delta) for pairs in per_direction)
     h_floor = width / (0.95 * max_points)
     h = _snap(max(width / 2.0**_PILOT, h_floor), per_direction)
+    hints: Dict[int, Tuple[float, float]]
     lower, upper, size, notes, gap, terms, hints, timed_out = 0.0, math.inf, 0, [], math.inf, None, {}, False
-    certified = {}  # each direction's best upper bound so far (certified at every spacing)
+    certified: Dict[int, float] = {}  # each direction's best upper bound so far (certified at every spacing)
     for _ in range(12):
         round_start = time.perf_counter()
         try:
@@ -132,49 +137,51 @@ def _bounds(items, delta: float, tolerance: float, max_points: int, max_memory: 
             break
         h = _snap(finer, per_direction)
     if notes and terms:
-        terms = terms()
-        notes.append(f"largest term charged to the upper bound: {_dominant(terms)}; the rest of the interval "
+        charged = terms()
+        notes.append(f"largest term charged to the upper bound: {_dominant(charged)}; the rest of the interval "
                      "is the lattice's discretisation" if math.isfinite(upper) else
-                     f"no finite upper bound; what keeps it infinite: {_dominant(terms)}")
+                     f"no finite upper bound; what keeps it infinite: {_dominant(charged)}")
     return PldResult(lower, upper, delta, h, n, size, tuple(notes), timed_out)
 
 
-def _snap(h: float, per_direction) -> float:
+def _snap(h: float, per_direction: Sequence[_Direction]) -> float:
     """h, or the largest spacing <= h that puts a pair's loss atom (a Laplace pair's +-eps0) on the
     lattice, so that the atom is not split across the next lattice point (pure DP stays n eps0)."""
     for pairs in per_direction:
         for pair, _ in pairs:
             atom = getattr(pair, "epsilon0", None)
             if atom and math.isfinite(atom) and atom > h:
-                return atom / math.ceil(atom / h - 1e-9)
+                return cast(float, atom / math.ceil(atom / h - 1e-9))
     return h
 
 
-def _width(lower, upper) -> str:
+def _width(lower: float, upper: float) -> str:
     if not math.isfinite(upper):
         return "no finite upper bound"
     return f"the interval is {(upper - lower) / upper:.2%} of epsilon, wider than the tolerance asked"
 
 
-def _canonical(items):
+def _canonical(items: Sequence[_lat.LiveItem]) -> List[_lat.LiveItem]:
     """The items in an order that does not depend on the order of composition (float sums and the FFT
     product are then the same for Composed([a, b]) and Composed([b, a]))."""
     return sorted(items, key=lambda item: (repr(item[0]), item[1]))
 
 
-def _items(lattices, which):
+def _items(lattices: _Lattices, which: str) -> List[_comp.Item]:
     return [_comp.Item(getattr(L, which), L.start, c, L.rel_error) for L, c in lattices]
 
 
-def _inf_mass(lattices) -> float:
+def _inf_mass(lattices: _Lattices) -> float:
     """Upper bound on the composed infinity atom: 1 - prod (1 - up_inf)^c."""
     return -math.expm1(sum(c * math.log1p(-min(L.up_inf, 1.0 - 1e-16)) for L, c in lattices)) * (1.0 + 1e-12)
 
 
-def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
+def _upper(items: Sequence[_comp.Item], lattices: _Lattices, delta: Optional[float], h: float, max_memory: int,
+           theta: Optional[float], level: float,
+           x: Optional[float] = None) -> Tuple[_comp.TiltedSum, float, _comp.Tilted]:
     """The upper composed sum of one direction at tilt theta (None: untilted if that is accurate
     enough, else the saddle point): (TiltedSum, charge), charge being the exact mass above the window
-    plus the infinity atom."""
+    plus the infinity atom. ``delta`` is None only where ``x`` is given (delta at x)."""
     if theta is None:
         # delta at x: the answer's size is unknown, so the sum is always centred on x; otherwise the
         # untilted sum is tried where a cheap prediction expects it to be accurate enough
@@ -186,7 +193,7 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
             if not _win.untilted_is_enough(items, tilted, window[1], level / _DELTA_SHARE):
                 tilted = None
         if tilted is None:
-            theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(delta),
+            theta = _comp.choose_theta(items, h, log_delta=None if x is not None else math.log(cast(float, delta)),
                                        x=None if x is None else x / h)[0]
             tilted = _comp.tilt(items, theta)
             window = _win.window(items, tilted, level, max_memory)
@@ -201,8 +208,9 @@ def _upper(items, lattices, delta, h, max_memory, theta, level, x=None):
     return total, _inf_mass(lattices) + math.exp(min(log_above, 0.0)), tilted
 
 
-def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0, hints=None, certified=None,
-           use_hints=True):
+def _round(per_direction: Sequence[_Direction], delta: float, h: float, tau: float, tail: float, max_memory: int,
+           known_lower: float, aim: float = 0.0, hints: Optional[Dict[int, Tuple[float, float]]] = None,
+           certified: Optional[Dict[int, float]] = None, use_hints: bool = True) -> List[_Found]:
     """One refinement round: every direction's upper bound, and lower bounds, largest upper first, until
     the interval is within ``aim`` of the largest upper bound (epsilon is the largest over the
     directions, so a direction's lower bound only matters while it could raise the best one: a direction
@@ -233,12 +241,12 @@ def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0,
             if rough[1] > 0.0 and math.isfinite(rough[0]):  # the coarse bound's tilt starts the fine one's
                 hints[d], use = (rough[1] / coarse, rough[0]), True
         lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in per_direction[d]]
-        found = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d) if use_hints or use else None)
-        hints[d] = (found[1] / h, found[0])
-        certified[d] = min(certified.get(d, math.inf), found[0])
-        if found[0] > largest:
-            largest, lead = found[0], hints[d]
-        uppers.append((lattices,) + found)
+        bound = _upper_epsilon(lattices, delta, h, tau, max_memory, hints.get(d) if use_hints or use else None)
+        hints[d] = (bound[1] / h, bound[0])
+        certified[d] = min(certified.get(d, math.inf), bound[0])
+        if bound[0] > largest:
+            largest, lead = bound[0], hints[d]
+        uppers.append((lattices,) + bound)
     found, best, tried = [], known_lower, 0
     top = max(u[1] for u in uppers)
     for lattices, eps_upper, theta, size, terms in sorted(uppers, key=lambda u: -u[1]):
@@ -255,7 +263,8 @@ def _round(per_direction, delta, h, tau, tail, max_memory, known_lower, aim=0.0,
     return found
 
 
-def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
+def _lower_epsilon(lattices: _Lattices, delta: float, h: float, tau: float, max_memory: int, eps_upper: float,
+                   theta: float) -> Tuple[float, int]:
     """(lower epsilon, FFT size): one event of the composed output (``_pld_lattice``), its P- and Q-sums
     tilted like the upper sum (the labels follow the loss, so the tilt centres them near the answer)."""
     p_items, q_items = _items(lattices, "down"), _items(lattices, "down_q")
@@ -274,7 +283,8 @@ def _lower_epsilon(lattices, delta, h, tau, max_memory, eps_upper, theta):
     return eps_lower - 1e-14 * abs(eps_lower), size  # the crossing's own rounding, downward
 
 
-def _upper_epsilon(lattices, delta, h, tau, max_memory, hint=None):
+def _upper_epsilon(lattices: _Lattices, delta: float, h: float, tau: float, max_memory: int,
+                   hint: Optional[Tuple[float, float]] = None) -> Tuple[float, float, int, _Terms]:
     """(upper epsilon, tilt, FFT size, charged terms) of the composed upper lattices at delta
     (``_round``); the terms are ``_charged_terms`` at the epsilon found, to be called (only
     the notes need them). ``hint``: a previous round's (tilt in loss units, upper epsilon) for the same
@@ -298,14 +308,14 @@ def _upper_epsilon(lattices, delta, h, tau, max_memory, hint=None):
     return eps_upper, theta, size, functools.partial(_charged_terms, *used, delta, eps_upper)
 
 
-def _charged_terms(total, charge, delta, x):
+def _charged_terms(total: _comp.TiltedSum, charge: float, delta: float, x: float) -> Dict[str, float]:
     """Shares of delta charged at x (the window's top when x is inf): the truncated mass (tails, the
     window's end, cells less accurate than 1e-9), the lattice masses' relative error composed, and the
     FFT's round-off bound."""
-    terms = {}
+    terms: Dict[str, float] = {}
     if not math.isfinite(x):
         floor = total.first * total.h
-        if total.first > total.support_low and total.upper_profile(floor) + charge <= delta:
+        if total.first > cast(int, total.support_low) and total.upper_profile(floor) + charge <= delta:  # set
             # the whole window lies above the answer: the pessimistic lattice sum's own excess
             return {f"the lattice's discretisation (h = {total.h:.3g}: the pessimistic lattice sum lies "
                     "above the epsilon sought, beyond the window)": math.inf}
@@ -320,21 +330,22 @@ def _charged_terms(total, charge, delta, x):
     return terms
 
 
-def _dominant(terms) -> str:
-    name = max(terms, key=terms.get)
+def _dominant(terms: Dict[str, float]) -> str:
+    name = max(terms, key=terms.__getitem__)
     return name if math.isinf(terms[name]) else f"{name}, {terms[name]:.2g} of delta"
 
 
-def _read_upper(total, budget):
+def _read_upper(total: _comp.TiltedSum, budget: float) -> float:
     """The upper epsilon of a composed upper sum at ``budget`` (inf if the window starts above it)."""
     floor = total.first * total.h
     eps = total.x_upper(budget, floor)
-    if eps <= floor and total.first > total.support_low:
+    if eps <= floor and total.first > cast(int, total.support_low):  # ``compose`` sets it
         return math.inf
     return eps + 1e-14 * abs(eps)  # the crossing's own rounding, upward
 
 
-def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
+def _direction_delta(pairs: _Direction, epsilon: float, h: float, tau: float, tail: float,
+                     max_memory: int) -> Tuple[float, float]:
     """(lower, upper) bounds on delta(epsilon) for one direction's pairs at spacing h (as
     ``_round``: the upper lattice's profile plus what is charged; the lower bound's event)."""
     lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
@@ -353,7 +364,8 @@ def _direction_delta(pairs, epsilon, h, tau, tail, max_memory):
     return _event.certified_lower_delta(p_sum, q_sum, epsilon, max(upper, tau)), upper
 
 
-def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, max_seconds=math.inf):
+def _delta_bounds(items: Sequence[_lat.LiveItem], epsilon: float, reference: float, tolerance: float, max_points: int,
+                  max_memory: int, max_seconds: float = math.inf) -> Tuple[float, float]:
     """Certified (lower, upper) on delta(epsilon), truncations sized for deltas near ``reference``, the
     lattice refined (halving h) until upper - lower <= tolerance * upper, or the interval stalls, or the
     point or time budget is spent."""
@@ -385,7 +397,8 @@ def _delta_bounds(items, epsilon, reference, tolerance, max_points, max_memory, 
     return lower, upper
 
 
-def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:
+def _trajectory_direction(base: _Lattices, step: _Lattices, counts: Sequence[int], delta: float,
+                          max_memory: int) -> FloatArray:
     """Upper bounds for base + t x step, t in counts, on the given lattices (each count as in
     ``_round``'s upper bounds, sharing the lattices)."""
     tau = _DELTA_SHARE * delta
@@ -397,7 +410,8 @@ def _trajectory_direction(base, step, counts, delta, max_memory) -> np.ndarray:
     return out
 
 
-def risk_lattice(items, reference: float, max_points: int):
+def risk_lattice(items: Sequence[_lat.LiveItem], reference: float,
+                 max_points: int) -> Tuple[List[List[Tuple[_lat.Pair, int]]], float, float, int]:
     """(pairs per direction, spacing h, truncation level tau, steps n) of the attack-risk lattice: about 2^14 points
     across the composed sum's window (at most ``max_points``), truncations sized for masses near ``reference``;
     shared by the upper profile here and the lower ends (``_pld_tpr``), so both read the same lattices."""
@@ -410,7 +424,8 @@ def risk_lattice(items, reference: float, max_points: int):
     return per_direction, _snap(max(width / 2.0**14, width / (0.95 * max_points)), per_direction), tau, n
 
 
-def profile_upper(items, reference: float, max_points: int, max_memory: int, floor: float = 0.0):
+def profile_upper(items: Sequence[_lat.LiveItem], reference: float, max_points: int, max_memory: int,
+                  floor: float = 0.0) -> Callable[[ArrayLike], FloatArray]:
     """A function eps -> certified upper bounds on delta(eps) (the larger of the two directions) for eps >= floor:
     one composed upper lattice sum per direction, built once, read at every eps (``upper_profile`` plus what is
     charged: valid for every eps at or above the window's floor, which is set below ``floor``). Truncations are
@@ -422,7 +437,7 @@ def profile_upper(items, reference: float, max_points: int, max_memory: int, flo
         up, charge, _ = _upper(_items(lattices, "up"), lattices, None, h, max_memory, None, tau, x=float(floor))
         sums.append((up, charge))
 
-    def read(epsilons) -> np.ndarray:
+    def read(epsilons: ArrayLike) -> FloatArray:
         eps = np.asarray(epsilons, dtype=np.float64)
         if np.any(eps < floor):
             raise ValueError(f"the profile is read at eps >= {floor:g}")

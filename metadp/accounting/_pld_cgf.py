@@ -11,9 +11,13 @@ tail into one on delta.
 from __future__ import annotations
 
 import math
+from typing import Dict, Tuple, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
+
+from metadp.core._typing import FloatArray
 
 __all__ = ["SEARCH_GUARD", "approximate_cgf", "cgf", "log_hockey_constant", "log_inverse", "positive_logs"]
 
@@ -23,10 +27,11 @@ def log_inverse(rel: float) -> float:
     return -math.log1p(-rel) if rel < 1.0 else math.inf
 
 
-_LOGS = {}  # id(pmf) -> (pmf, positive indices, their logs): ``cgf``'s memo (it holds the array: ids stay unique)
+# id(pmf) -> (pmf, positive indices, their logs): ``cgf``'s memo (it holds the array: ids stay unique)
+_LOGS: Dict[int, Tuple[FloatArray, np.ndarray, FloatArray]] = {}
 
 
-def positive_logs(pmf: np.ndarray):
+def positive_logs(pmf: FloatArray) -> Tuple[np.ndarray, FloatArray]:
     """(indices of the positive masses, their logs), once per pmf array (``cgf``, ``tilt``)."""
     found = _LOGS.get(id(pmf))
     if found is None or found[0] is not pmf:
@@ -38,7 +43,7 @@ def positive_logs(pmf: np.ndarray):
     return found[1], found[2]
 
 
-def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
+def cgf(pmf: FloatArray, start: int, thetas: ArrayLike) -> FloatArray:
     """log sum_j pmf_j e^{theta (start + j)} for each theta (index units), for the positive masses."""
     thetas = np.atleast_1d(np.asarray(thetas, dtype=np.float64))
     keep, log_p = positive_logs(pmf)
@@ -53,13 +58,15 @@ def cgf(pmf: np.ndarray, start: int, thetas) -> np.ndarray:
     return out
 
 
-_COARSE = {}  # id(pmf) -> (pmf, log block masses, block centroids, variances, width): ``approximate_cgf``'s blocks
+# id(pmf) -> (pmf, log block masses, block centroids, variances, width): ``approximate_cgf``'s blocks
+_COARSE: Dict[int, Tuple[FloatArray, FloatArray, FloatArray, FloatArray, int]] = {}
 _BLOCKS = 512
 _GUARD = 0.01
 SEARCH_GUARD = 0.5  # the block cgf's allowed error (nats) in choose_theta's Chernoff search
 
 
-def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1, guard: float = _GUARD) -> np.ndarray:
+def approximate_cgf(pmf: FloatArray, start: int, thetas: ArrayLike, count: int = 1,
+                    guard: float = _GUARD) -> FloatArray:
     """count x ``cgf`` with the pmf summed into at most ``_BLOCKS`` blocks: only to choose among tilts or
     Chernoff parameters, where any choice is valid and the bound itself is then computed exactly.
 
@@ -89,7 +96,7 @@ def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1, guard: 
     centre = centre + start
     exponent = log_mass[None, :] + thetas[:, None] * centre[None, :] + (thetas * thetas)[:, None] * half_variance[None, :]
     top = exponent.max(axis=1)
-    out = top + np.log(np.exp(exponent - top[:, None]).sum(axis=1))
+    out: FloatArray = top + np.log(np.exp(exponent - top[:, None]).sum(axis=1))
     reach = np.abs(thetas) * (width - 1)
     coarse = (count * reach**3 / 6.0 > guard) | (reach > 1.0)
     if np.any(coarse):
@@ -97,8 +104,8 @@ def approximate_cgf(pmf: np.ndarray, start: int, thetas, count: int = 1, guard: 
     return count * out
 
 
-def log_hockey_constant(lam):
+def log_hockey_constant(lam: ArrayLike) -> FloatArray:
     """log max_{t >= 0} (1 - e^{-t}) e^{-lam t} = lam log lam - (lam + 1) log(lam + 1): the constant with
     (1 - e^{x - s})_+ <= c(lam) e^{lam (s - x)}, which turns a Chernoff bound into one on delta."""
     lam = np.asarray(lam, dtype=np.float64)
-    return special.xlogy(lam, lam) - (lam + 1.0) * np.log1p(lam)
+    return cast(FloatArray, special.xlogy(lam, lam) - (lam + 1.0) * np.log1p(lam))

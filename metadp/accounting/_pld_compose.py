@@ -34,15 +34,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import fft as sfft
 
-from metadp.accounting._pld_cgf import (SEARCH_GUARD, approximate_cgf, cgf, log_hockey_constant, log_inverse,
-                                        positive_logs)
+from metadp.accounting._pld_cgf import SEARCH_GUARD, log_hockey_constant, positive_logs
+from metadp.accounting._pld_cgf import approximate_cgf as approximate_cgf, cgf as cgf, log_inverse as log_inverse
+from metadp.core._typing import FloatArray
 
-__all__ = []  # internals of the PLD accountant; approximate_cgf, cgf and log_inverse are used from here too
+__all__: List[str] = []  # internals of the PLD accountant; approximate_cgf, cgf and log_inverse are used from here too
 
 _U = 2.0**-53
 
@@ -60,7 +62,7 @@ class Item:
     """One lattice pmf (index ``start`` at position 0), composed ``count`` times, masses within
     relative ``rel_error`` of an exact pair's."""
 
-    pmf: np.ndarray
+    pmf: FloatArray
     start: int
     count: int
     rel_error: float
@@ -70,7 +72,7 @@ class _Profile:
     """sum_s pmf_s (1 - e^{x - s h})_+ for pmf on indices first + i, restricted to bins s h > floor, with
     the cumulative sums precomputed so that each crossing costs one search."""
 
-    def __init__(self, first: int, pmf: np.ndarray, h: float, floor: float):
+    def __init__(self, first: int, pmf: FloatArray, h: float, floor: float):
         s = (first + np.arange(len(pmf))) * h
         keep = (pmf > 0) & (s > floor)
         self.floor, self.s, p = floor, s[keep], pmf[keep]
@@ -102,12 +104,12 @@ class _Profile:
         return float(min(max(x, low), self.s[j]))
 
 
-def x_at(first: int, pmf: np.ndarray, h: float, delta: float, floor: float) -> float:
+def x_at(first: int, pmf: FloatArray, h: float, delta: float, floor: float) -> float:
     """Smallest x >= ``floor`` with sum_s pmf_s (1 - e^{x - s h})_+ <= delta, pmf on indices first + i."""
     return _Profile(first, pmf, h, floor).x_at(delta)
 
 
-def profile(first: int, pmf: np.ndarray, h: float, x: float) -> float:
+def profile(first: int, pmf: FloatArray, h: float, x: float) -> float:
     """sum_s pmf_s (1 - e^{x - s h})_+ for pmf on indices first + i."""
     s = (first + np.arange(len(pmf))) * h
     keep = (s > x) & (pmf > 0)
@@ -118,8 +120,8 @@ def profile(first: int, pmf: np.ndarray, h: float, x: float) -> float:
 class Tilted:
     """The tilted, normalised pmfs of the items at theta (see ``tilt``) and the moments of their sum."""
 
-    items: tuple
-    arrays: tuple
+    items: Tuple[Item, ...]
+    arrays: Tuple[Tuple[FloatArray, float], ...]  # (tilted pmf, its relative error) per item
     theta: float
     log_scale: float  # sum_i c_i k_i
     log_factor: float  # sum_i c_i (-log(1 - rel_i)): the masses' relative error, composed
@@ -127,7 +129,8 @@ class Tilted:
     sd: float
 
 
-_LAST_TILT = []  # [(items, theta, Tilted)]: the last tilt computed (``tilt``)
+# [(items, theta, Tilted)]: the last tilt computed (``tilt``)
+_LAST_TILT: List[Tuple[Tuple[Item, ...], float, Tilted]] = []
 
 
 def tilt(items: Sequence[Item], theta: float) -> Tilted:
@@ -149,7 +152,8 @@ def tilt(items: Sequence[Item], theta: float) -> Tilted:
 
 
 def _tilt(items: Sequence[Item], theta: float) -> Tilted:
-    arrays, log_scale, log_factor, mean, var = [], 0.0, 0.0, 0.0, 0.0
+    arrays: List[Tuple[FloatArray, float]] = []
+    log_scale, log_factor, mean, var = 0.0, 0.0, 0.0, 0.0
     for item in items:
         keep, log_p = positive_logs(item.pmf)  # the zero masses stay 0 (their exponent is -inf)
         idx = np.arange(len(item.pmf), dtype=np.float64) + item.start
@@ -183,26 +187,27 @@ class TiltedSum:
     the lower bound, values_s also carrying wrapped tilted mass, at most ``alias`` in all."""
 
     first: int
-    values: np.ndarray
+    values: FloatArray
     theta: float
     log_scale: float
     h: float
     error: float
     log_factor: float
     alias: float
-    support_low: int = None  # the sum's smallest index: a window starting there misses nothing below
+    support_low: Optional[int] = None  # the sum's smallest index: a window starting there misses nothing below
 
-    def _scale(self, lo: int = 0):
+    def _scale(self, lo: int = 0) -> Tuple[np.ndarray, FloatArray]:
+        # the memos (_log_weights, _weights, _untilted) are set directly in the instance's __dict__ (frozen)
         if "_log_weights" not in self.__dict__:  # computed once (frozen dataclass: set directly)
             s = self.first + np.arange(len(self.values), dtype=np.float64)
             object.__setattr__(self, "_log_weights", self.log_scale - self.theta * s)
-            object.__setattr__(self, "_weights", np.exp(np.minimum(self._log_weights, 700.0)))
-        return self.first + lo + np.arange(len(self.values) - lo), self._weights[lo:]
+            object.__setattr__(self, "_weights", np.exp(np.minimum(self.__dict__["_log_weights"], 700.0)))
+        return self.first + lo + np.arange(len(self.values) - lo), self.__dict__["_weights"][lo:]
 
-    def untilted(self) -> np.ndarray:
+    def untilted(self) -> FloatArray:
         if "_untilted" not in self.__dict__:
             object.__setattr__(self, "_untilted", np.maximum(self.values, 0.0) * self._scale()[1])
-        return self._untilted
+        return cast(FloatArray, self.__dict__["_untilted"])
 
     def error_norm(self, x: float) -> float:
         """||g||_2 for g(s) = e^{log_scale - theta s} (1 - e^{x - s h})_+ over the window."""
@@ -226,35 +231,35 @@ class TiltedSum:
         underflow = len(self.values) * 1e-300
         return math.exp(self.log_factor) * (body + self.error * self.error_norm(x) + underflow)
 
-    def upper_profiles(self, xs) -> np.ndarray:
+    def upper_profiles(self, xs: ArrayLike) -> FloatArray:
         """``upper_profile`` at every x of ``xs`` at once (a profile read at many points): the body from the
         cumulative sums of ``_Profile`` (A_j - e^x B_j), raised by their float error (a few n u A_j); the
         round-off term's norm taken at an anchor at or below x (larger: valid) where that term is negligible."""
-        xs = np.asarray(xs, dtype=np.float64)
-        if xs.size == 0:
+        points = np.asarray(xs, dtype=np.float64)
+        if points.size == 0:
             return np.zeros(0)
         mass = self.untilted()
         n = len(mass)
-        found = _Profile(self.first, mass, self.h, float(np.min(xs)) - self.h)
-        body = np.zeros(len(xs))
+        found = _Profile(self.first, mass, self.h, float(np.min(points)) - self.h)
+        body = np.zeros(len(points))
         if len(found.s):
-            j = np.searchsorted(found.s, xs, side="right")  # the first kept bin above each x
+            j = np.searchsorted(found.s, points, side="right")  # the first kept bin above each x
             inside = j < len(found.s)
             jj = j[inside]
             with np.errstate(over="ignore"):
-                value = found.a[jj] - np.exp(xs[inside] + found.log_b[jj])
+                value = found.a[jj] - np.exp(points[inside] + found.log_b[jj])
             # float error: each cumulative sum within about n u of itself, e^{x + log B} within (|x| + |log B| + 4) u
             # more (its argument's rounding), and e^x B_j <= A_j on the bins above x: all within this many A_j
-            slack = (2 * n + 16 + 4 * (np.abs(xs[inside]) + np.abs(found.log_b[jj]))) * 2.0**-53
+            slack = (2 * n + 16 + 4 * (np.abs(points[inside]) + np.abs(found.log_b[jj]))) * 2.0**-53
             body[inside] = np.maximum(value, 0.0) + slack * found.a[jj]
         # error_norm is nonincreasing in x (every g_s shrinks, bins drop out): its value at the nearest of about
         # 24 anchors at or below x bounds it there
         # (a point whose anchor's term exceeds 1e-10 gets its own exact norm: the excess is at most 1e-10 a value)
-        anchors = np.sort(xs)[::max(1, len(xs) // 24)]
+        anchors = np.sort(points)[::max(1, len(points) // 24)]
         at = np.array([self.error_norm(float(a)) for a in anchors])
-        norm = at[np.searchsorted(anchors, xs, side="right") - 1]
+        norm = at[np.searchsorted(anchors, points, side="right") - 1]
         for i in np.nonzero(self.error * norm > 1e-10)[0]:
-            norm[i] = self.error_norm(float(xs[i]))
+            norm[i] = self.error_norm(float(points[i]))
         with np.errstate(over="ignore", invalid="ignore"):
             out = math.exp(self.log_factor) * (body + self.error * norm + n * 1e-300)
         return np.where(np.isnan(out), np.inf, out)
@@ -269,12 +274,12 @@ class TiltedSum:
         room = target - self.error * self.error_norm(first)  # the error term only shrinks as x grows
         return found.x_at(room) if room > 0 else math.inf
 
-    def weights(self) -> np.ndarray:
+    def weights(self) -> FloatArray:
         """e^{log_scale - theta s} over the window: a bin's untilting factor."""
         return self._scale()[1]
 
 
-def _fold(pmf: np.ndarray, size: int) -> Tuple[np.ndarray, int]:
+def _fold(pmf: FloatArray, size: int) -> Tuple[FloatArray, int]:
     """pmf wrapped onto ``size`` points (circular), and the most terms summed into one point."""
     if len(pmf) <= size:
         return pmf, 1
@@ -334,7 +339,7 @@ def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0)
     if size % 2 == 0:
         weight[-1] = 1.0  # the Nyquist frequency appears once in the full spectrum
 
-    def full(v):  # the full spectrum's l2 norm from the half one
+    def full(v: FloatArray) -> float:  # the full spectrum's l2 norm from the half one
         return math.sqrt(float(np.dot(weight, v * v)))
 
     spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
@@ -366,7 +371,7 @@ def compose(tilted: Tilted, first: int, size: int, h: float, alias: float = 0.0)
     return TiltedSum(first, values, tilted.theta, tilted.log_scale, h, e2, log_factor, alias, offset)
 
 
-def log_tail(items: Sequence[Item], thetas, t: float) -> float:
+def log_tail(items: Sequence[Item], thetas: ArrayLike, t: float) -> float:
     """log of a bound on the exact mass of the untilted sum at indices > t (thetas > 0) or < t (thetas <
     0): Chernoff, sum_i c_i K_i(theta) - theta t, the best over ``thetas``, with K_i raised for the
     masses' relative error."""
@@ -377,19 +382,19 @@ def log_tail(items: Sequence[Item], thetas, t: float) -> float:
     return float(np.min(total))
 
 
-def choose_theta(items: Sequence[Item], h: float, log_delta: float = None, x: float = None,
-                 start: float = None) -> Tuple[float, float]:
+def choose_theta(items: Sequence[Item], h: float, log_delta: Optional[float] = None, x: Optional[float] = None,
+                 start: Optional[float] = None) -> Tuple[float, float]:
     """The tilt theta (index units) under which the sum's mean is the epsilon sought (or ``x``, index
     units), and that epsilon's Chernoff estimate: x(theta) = (K(theta) + log c(theta/h) - log delta) /
     theta minimised (with K from ``approximate_cgf`` within about ``SEARCH_GUARD`` nats: an estimate,
     which moves x by about that over theta, far less than the tilted sum's spread). Any theta gives
     valid bounds; this one centres the tilted sum where delta is read off (a saddle point)."""
-    def chernoff(lams):
+    def chernoff(lams: FloatArray) -> FloatArray:
         thetas = lams * h
         total = log_hockey_constant(lams)
         for item in items:
             total = total + approximate_cgf(item.pmf, item.start, thetas, item.count, SEARCH_GUARD)
-        return (total - log_delta) / thetas
+        return (total - cast(float, log_delta)) / thetas  # searched only when x is not given: delta is
 
     if x is None:
         lams = np.geomspace(1e-3, 1e5, 17)

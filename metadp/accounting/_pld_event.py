@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import List, Optional, Tuple, cast
 
 import numpy as np
 
 from metadp.accounting._pld_compose import TiltedSum
+from metadp.core._typing import FloatArray
 
-__all__ = []
+__all__: List[str] = []
+
+_Sums = Tuple[FloatArray, FloatArray, FloatArray]  # ``_crossing_sums``: tail sums of a and b, the sum at each ell
 
 
-def _crossing(ell: np.ndarray, a: np.ndarray, b: np.ndarray, target: float, x0: float = 0.0, sums=None) -> float:
+def _crossing(ell: FloatArray, a: FloatArray, b: FloatArray, target: float, x0: float = 0.0,
+              sums: Optional[_Sums] = None) -> float:
     """Smallest x with sum_{ell_s > x} (a_s - e^{x - x0} b_s) <= target, for ell sorted increasing and
     b_s = a_s e^{x0 - ell_s} (b scaled by e^{x0}, so that huge losses do not overflow). ``sums``: the
     target-free part (``_crossing_sums``), when several targets are asked of the same bins."""
@@ -32,7 +37,7 @@ def _crossing(ell: np.ndarray, a: np.ndarray, b: np.ndarray, target: float, x0: 
     return float(min(x0 + math.log((big_a[j] - target) / big_b[j]), ell[j]))
 
 
-def _crossing_sums(ell: np.ndarray, a: np.ndarray, b: np.ndarray, x0: float):
+def _crossing_sums(ell: FloatArray, a: FloatArray, b: FloatArray, x0: float) -> _Sums:
     """The tail sums of a and b and the crossing's sum at each x = ell_j (``_crossing``)."""
     big_a = np.cumsum(a[::-1])[::-1]
     big_b = np.cumsum(b[::-1])[::-1]
@@ -47,17 +52,18 @@ class _Event:
     """The bins usable in the lower bound's event, sorted by their loss ratio ell = log(P_s / Q_s):
     lower bounds a_s on P_s, upper bounds b_s = e^{x0} Q_s (scaled), and the log untilting weights."""
 
-    ell: np.ndarray
-    a: np.ndarray
-    b: np.ndarray
-    log_wp: np.ndarray
-    log_wq: np.ndarray
+    ell: FloatArray
+    a: FloatArray
+    b: FloatArray
+    log_wp: FloatArray
+    log_wq: FloatArray
     x0: float
 
     def crossing(self, target: float) -> float:
         if "_sums" not in self.__dict__:  # computed once (frozen dataclass: set directly)
             object.__setattr__(self, "_sums", _crossing_sums(self.ell, self.a, self.b, self.x0))
-        return _crossing(self.ell, self.a, self.b, target, self.x0, self._sums)
+        # the memo is set directly in the instance's __dict__ (frozen)
+        return _crossing(self.ell, self.a, self.b, target, self.x0, cast(_Sums, self.__dict__["_sums"]))
 
     def value(self, x: float) -> float:
         """sum over ell_s > x of a_s - e^{x - x0} b_s: P(E_x) - e^x Q(E_x) before the round-off."""
@@ -65,7 +71,8 @@ class _Event:
         return float(np.sum(self.a[inside]) - math.exp(min(x - self.x0, 700.0)) * np.sum(self.b[inside]))
 
 
-def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: float = None):
+def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float,
+           near: Optional[float] = None) -> Optional[_Event]:
     """The usable bins (``_Event``) of the lower bound's P- and Q-sums, or None. Q-masses are handled in
     logs, scaled by e^{x0} (x0 near the answer), since e^{-x} Q underflows at large epsilon. A may be
     any set: bins whose untilting factor makes their round-off alone a noticeable part of the budget
@@ -80,7 +87,7 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
     log_cut = math.log(1e-3 * budget)
     keep = np.isfinite(log_a) & (math.log(p_sum.error + 1e-300) + log_wp <= log_cut)
     keep &= log_a - log_b > x0 - 600.0  # bins 600 below x0 in loss only count at x far below the answer
-    sums = None
+    sums: Optional[_Sums] = None
     for rounds in range(2):  # the second time with the answer's estimate for the Q cut
         if not np.any(keep):
             return None
@@ -106,14 +113,14 @@ def _event(p_sum: TiltedSum, q_sum: TiltedSum, budget: float, x0: float, near: f
     return event
 
 
-def _event_error(p_sum, q_sum, event, x_low, x_high) -> float:
+def _event_error(p_sum: TiltedSum, q_sum: TiltedSum, event: _Event, x_low: float, x_high: float) -> float:
     """The round-off of P(E_x) - e^x Q(E_x) for every x in [x_low, x_high] (A_x within A_{x_low}):
     Cauchy-Schwarz on the bins inside, plus the wrapped tilted mass at the largest weight there."""
     inside = event.ell > x_low
     if not np.any(inside):
         return 0.0
 
-    def norm(log_w):  # ||e^{log_w}||_2 over the bins inside, in log
+    def norm(log_w: FloatArray) -> float:  # ||e^{log_w}||_2 over the bins inside, in log
         top = float(np.max(log_w[inside]))
         return top + 0.5 * math.log(float(np.sum(np.exp(2.0 * (log_w[inside] - top)))))
 

@@ -10,19 +10,20 @@ interval are certified and within a few ulps of each other where the difference 
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from scipy import special
 
+from metadp.accounting._pld_lattice import PairItem
 from metadp.mechanisms.gaussian import GaussianMixturePair, ndtr_error
 
-__all__ = []
+__all__: List[str] = []
 
 _U = 2.0**-53
 _TINY = 1e-290  # below this a CDF value carries no relative accuracy: the closed form is not used
 
 
-def gaussian_mu(items) -> Optional[Tuple[float, float]]:
+def gaussian_mu(items: Sequence[PairItem]) -> Optional[Tuple[float, float]]:
     """(mu, its relative rounding bound) of the composition when every item is a plain Gaussian pair
     (one shift, both directions alike), else None. mu^2 = sum_i c_i (s_i / sigma_i)^2: a quotient, a
     square, a product and a sum per item, then a square root, each to an ulp."""
@@ -37,8 +38,9 @@ def gaussian_mu(items) -> Optional[Tuple[float, float]]:
     return (math.sqrt(total), 4.0 * _U * (len(items) + 2)) if total > 0 else None
 
 
-def _terms(mu: float, eps: float):
-    """(A, B, abs error bound of A - B) for A = Phi(mu/2 - eps/mu), B = e^eps Phi(-mu/2 - eps/mu)."""
+def _terms(mu: float, eps: float) -> Tuple[float, float, float, float]:
+    """(A, B, abs error bound of A - B, Phi(-mu/2 - eps/mu)) for A = Phi(mu/2 - eps/mu),
+    B = e^eps Phi(-mu/2 - eps/mu)."""
     a, b = mu / 2.0 - eps / mu, -mu / 2.0 - eps / mu
     big_a, phi_b = float(special.ndtr(a)), float(special.ndtr(b))
     big_b = math.exp(eps) * phi_b if phi_b > 0 else 0.0
@@ -50,13 +52,13 @@ def _terms(mu: float, eps: float):
     return big_a, big_b, error, phi_b
 
 
-def gaussian_delta_bounds(mu, eps: float) -> Optional[Tuple[float, float]]:
+def gaussian_delta_bounds(mu: Tuple[float, float], eps: float) -> Optional[Tuple[float, float]]:
     """(lower, upper) on delta(eps) of mu-GDP, ``mu`` = (mu, relative error) as from ``gaussian_mu``
     (delta grows with mu: the lower bound is taken at mu's lower end, the upper at its upper end), or
     None where a CDF value is too small to trust."""
-    mu, rel = mu
-    out = []
-    for m in (mu * (1.0 - rel), mu * (1.0 + rel)):
+    mu_value, rel = mu
+    out: List[float] = []
+    for m in (mu_value * (1.0 - rel), mu_value * (1.0 + rel)):
         big_a, big_b, error, phi_b = _terms(m, eps)
         if big_a - big_b > 0 and (phi_b < _TINY or big_a < _TINY):
             return None
@@ -64,7 +66,7 @@ def gaussian_delta_bounds(mu, eps: float) -> Optional[Tuple[float, float]]:
     return max(0.0, out[0]), min(1.0, max(0.0, out[1]))
 
 
-def gaussian_epsilon_bounds(mu, delta: float) -> Optional[Tuple[float, float]]:
+def gaussian_epsilon_bounds(mu: Tuple[float, float], delta: float) -> Optional[Tuple[float, float]]:
     """(lower, upper) on epsilon(delta) of mu-GDP (``mu`` as from ``gaussian_mu``), by bisection on the
     certified delta interval (the lower bound: the largest eps whose certified delta is still >= delta;
     the upper: the smallest whose certified delta is <= delta), or None where the closed form cannot be
@@ -99,10 +101,10 @@ def gaussian_epsilon_bounds(mu, delta: float) -> Optional[Tuple[float, float]]:
     return out[0], out[1]
 
 
-def _far(found, side: int, delta: float) -> bool:
+def _far(found: Tuple[float, float], side: int, delta: float) -> bool:
     """Whether a certified (lower, upper) delta lies on delta's far side for the side's bound (upper:
     the upper delta is still above delta; lower: the lower delta is still at or above it)."""
-    return found[1] > delta if side else found[0] >= delta
+    return bool(found[1] > delta if side else found[0] >= delta)
 
 
 def _estimate(mu: float, delta: float, hi: float) -> float:
@@ -121,7 +123,8 @@ def _estimate(mu: float, delta: float, hi: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def _bracket(mu, delta: float, side: int, guess: float, hi: float):
+def _bracket(mu: Tuple[float, float], delta: float, side: int, guess: float,
+             hi: float) -> Optional[Tuple[float, float]]:
     """[lo, high] around ``guess`` with the side's certified bound on delta's far side at lo and not at
     high (``gaussian_epsilon_bounds``' invariant), widened from 2^-40 of the guess by factors of 16;
     [0, hi] at worst, where the invariant holds by the checks made there. None where a certified

@@ -43,10 +43,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-__all__ = []
+from metadp.core._typing import FloatArray
+
+__all__: List[str] = []
+
+Pair = Any
+"""A dominating pair (``mechanisms.base.DominatingPair``) or a revealed mixture of them
+(``mechanisms.episodic.RevealedMixture``, which has ``components``): read by what each offers."""
+PairItem = Tuple[Optional[Tuple[Pair, ...]], int]
+"""(pairs, count): one mechanism's pairs ((add, remove), or one pair both directions share; None for a
+non-private release), composed ``count`` times: the PLD accountant's unit of composition."""
+LiveItem = Tuple[Tuple[Pair, ...], int]
+"""A ``PairItem`` of a private release (its pairs are not None): what the lattice bounds take."""
 
 _U = 2.0**-53  # unit round-off of float64
 _MAX_REL_ERROR = 1e-9  # cells less accurate than this go to the infinity atom (upper) or are dropped (lower)
@@ -59,14 +71,15 @@ class Lattice:
 
     start: int
     h: float
-    up: np.ndarray  # connect-the-dots P-masses at the lattice points (finite part)
-    down: np.ndarray  # the kept cells' P-masses, at their cell's index (lower bound's event)
+    up: FloatArray  # connect-the-dots P-masses at the lattice points (finite part)
+    down: FloatArray  # the kept cells' P-masses, at their cell's index (lower bound's event)
     up_inf: float  # upper bound on Pr[L > top] plus the masses charged there: the infinity atom
-    down_q: np.ndarray  # the cells' Q-masses, at the same labels as ``down`` (lower bound's event)
+    down_q: FloatArray  # the cells' Q-masses, at the same labels as ``down`` (lower bound's event)
     rel_error: float = 0.0  # up, down and down_q are within this relative error of an exact pair's masses
 
 
-def _masses(pair, edges, under):
+def _masses(pair: Pair, edges: FloatArray, under: str) -> Tuple[FloatArray, float, float, FloatArray, FloatArray,
+                                                                float, float]:
     """cell masses, below, above and their relative error bounds (``cell_masses(with_error=True)``)."""
     cells, below, above, err, err_below, err_above = pair.cell_masses(edges, under, with_error=True)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -74,7 +87,7 @@ def _masses(pair, edges, under):
     return cells, below, above, rel, err, err_below, err_above
 
 
-def _bracket(value, h, guard):
+def _bracket(value: FloatArray, h: float, guard: FloatArray) -> Tuple[np.ndarray, FloatArray]:
     """Lattice index j and offset r in [0, h) with value = j h + r to round-off (``guard`` absolute)."""
     j = np.floor(value / h)
     r = value - j * h
@@ -83,7 +96,7 @@ def _bracket(value, h, guard):
     return j.astype(np.int64), r
 
 
-def build_lattice(pair, h: float, tail: float) -> Lattice:
+def build_lattice(pair: Pair, h: float, tail: float) -> Lattice:
     """The lattice of ``pair`` with spacing h, loss tails of P-mass <= ``tail`` cut on each side."""
     if hasattr(pair, "components"):  # a revealed mixture: mix the components' lattices
         return _mixed_lattice(pair, h, tail)
@@ -134,16 +147,19 @@ def build_lattice(pair, h: float, tail: float) -> Lattice:
     down_q = np.bincount(label - start, np.where(sure, cq, 0.0), size)
     eta = float(max(np.max(rel_p[kept], initial=0.0), np.max(rel_q[sure], initial=0.0))) + 8.0 * _U
     up_inf = (above + err_above + charged) * (1.0 + 4.0 * _U)
-    return Lattice(start, h, up, down, up_inf, down_q, min(eta, 1.0))
+    # np.bincount with weights gives float64 (its stubs say intp)
+    return Lattice(start, h, cast(FloatArray, up), cast(FloatArray, down), up_inf, cast(FloatArray, down_q),
+                   min(eta, 1.0))
 
 
-def _mixed_lattice(mixture, h: float, tail: float) -> Lattice:
+def _mixed_lattice(mixture: Pair, h: float, tail: float) -> Lattice:
     """Lattices of a revealed mixture's components, mixed with its weights (a component None is the
     zero-loss atom). Connect-the-dots and bucketing act per (component, cell), so mixing is exact."""
     # Component j may lose tail / (w_j m) per side (m components): the mixture loses <= tail. Components
     # too light to keep at all are charged whole: to the infinity atom (upper) or dropped (lower).
     m = len(mixture.components)
-    parts, dropped = [], 0.0
+    parts: List[Tuple[float, Optional[Lattice]]] = []
+    dropped = 0.0
     for w, pair in zip(mixture.weights, mixture.components):
         if pair is None:
             parts.append((w, None))
@@ -171,17 +187,18 @@ def _mixed_lattice(mixture, h: float, tail: float) -> Lattice:
 
 
 @functools.lru_cache(maxsize=64)
-def _loss_range(pair, tail: float):
+def _loss_range(pair: Pair, tail: float) -> Tuple[float, float]:
     """``pair.loss_range(tail)``, once per pair and tail (every refinement round asks again)."""
-    return pair.loss_range(tail)
+    found: Tuple[float, float] = pair.loss_range(tail)
+    return found
 
 
 @functools.lru_cache(maxsize=64)
-def lattice_cached(pair, h: float, tail: float) -> Lattice:
+def lattice_cached(pair: Pair, h: float, tail: float) -> Lattice:
     return build_lattice(pair, h, tail)
 
 
-def window_estimate(pairs, tau: float) -> float:
+def window_estimate(pairs: Sequence[Tuple[Pair, int]], tau: float) -> float:
     """Approximate width (in loss units) of the composed sum's window plus one step's support, for the
     truncation ``tau`` of the whole sum (it only sizes the first lattice spacing)."""
     n = sum(c for _, c in pairs)
@@ -204,7 +221,7 @@ def window_estimate(pairs, tau: float) -> float:
 
 
 
-def loss_moments(pair):
+def loss_moments(pair: Pair) -> Optional[Tuple[float, float]]:
     """(mean, variance) of the privacy loss under P for a Gaussian mixture pair (or a revealed mixture
     of them), by 64-point Gauss-Hermite quadrature per component; None for other pairs."""
     if hasattr(pair, "components"):

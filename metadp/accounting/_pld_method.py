@@ -4,9 +4,14 @@ where it is not the lattice's (``PldAccountant.certify``)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from metadp.accounting.certificate import Certificate
 from metadp.core import events as ev
+
+if TYPE_CHECKING:  # (pld imports this module)
+    from metadp.accounting._pld_bounds import PldResult
+    from metadp.accounting.pld import PldAccountant
 
 __all__ = ["RDP_REPORTED", "REVEALED_COUNT_REPORTED", "pld_certificate"]
 
@@ -43,7 +48,7 @@ def _mentions(event: ev.Event, kind: type) -> bool:
     return False
 
 
-def pld_certificate(accountant, result) -> Certificate:
+def pld_certificate(accountant: "PldAccountant", result: "PldResult") -> Certificate:
     """``result`` (a ``PldResult`` of ``accountant``'s ledger) as the ``Certificate`` every accountant returns."""
     allocation = any(_mentions(entry.event, ev.RandomAllocation) for entry in accountant.ledger)
     assumptions = [_ALLOCATION_METHOD if allocation else _METHOD]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import List, Tuple
+from typing import Any, List, Optional, Tuple, Union
 
+from metadp.accounting._pld_lattice import Pair, PairItem
 from metadp.accounting._rdp_events import UnsupportedEventError, effective_noise_multiplier
 from metadp.accounting.allocation_pld import allocation_pairs, pld_resolves
 from metadp.amplification.group import poisson_group_pairs
@@ -27,22 +28,22 @@ __all__ = ["event_pairs"]
 
 
 @functools.singledispatch
-def event_pairs(event: ev.Event, relation: str) -> List[Tuple[tuple, int]]:
+def event_pairs(event: ev.Event, relation: str) -> List[PairItem]:
     """The dominating pairs of ``event`` with their multiplicities."""
     raise _pld_unsupported(event, f"no dominating pair for {type(event).__name__}")
 
 
-def _pld_unsupported(event, reason):
+def _pld_unsupported(event: ev.Event, reason: str) -> UnsupportedEventError:
     return UnsupportedEventError(event, reason, accountant="PLD")
 
 
 @event_pairs.register
-def _(event: ev.NoOp, relation):
+def _(event: ev.NoOp, relation: str) -> List[PairItem]:
     return []
 
 
 @event_pairs.register
-def _(event: ev.NonPrivate, relation):
+def _(event: ev.NonPrivate, relation: str) -> List[PairItem]:
     return [(None, 1)]
 
 
@@ -73,7 +74,7 @@ _ALLOCATION_PLD_STEPS = 10**6
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_pairs(kind: str, *args) -> tuple:
+def _cached_pairs(kind: str, *args: Any) -> Tuple[Pair, ...]:
     """One pair object per distinct mechanism, so repeated compositions of it merge into one power
     (and its lattice is built once)."""
     if kind == "gaussian":
@@ -90,20 +91,21 @@ def _cached_pairs(kind: str, *args) -> tuple:
 
 
 @event_pairs.register
-def _(event: ev.Gaussian, relation):
+def _(event: ev.Gaussian, relation: str) -> List[PairItem]:
     if math.isinf(event.noise_multiplier):
         return []
     return [(_cached_pairs("gaussian", _check_noise(event, event.noise_multiplier / _factor(relation))), 1)]
 
 
 @event_pairs.register
-def _(event: ev.Laplace, relation):
+def _(event: ev.Laplace, relation: str) -> List[PairItem]:
     if math.isinf(event.scale):
         return []
     return [(_cached_pairs("laplace", _check_noise(event, event.scale / _factor(relation), "Laplace scale")), 1)]
 
 
-def _sampled_noise(event, relation: str, wanted: str, why: str, empty: bool):
+def _sampled_noise(event: Union[ev.PoissonSampled, ev.FixedSizeSampled, ev.ReplacementSampled], relation: str,
+                   wanted: str, why: str, empty: bool) -> Optional[float]:
     """The inner Gaussian's multiplier of a sampled step analysed under ``wanted`` only (else refused, ``why``);
     None where the step releases nothing (``empty``: nobody sampled, or no noise bound at all: infinite noise)."""
     if relation != wanted:
@@ -113,14 +115,14 @@ def _sampled_noise(event, relation: str, wanted: str, why: str, empty: bool):
 
 
 @event_pairs.register
-def _(event: ev.PoissonSampled, relation):
+def _(event: ev.PoissonSampled, relation: str) -> List[PairItem]:
     z = _sampled_noise(event, relation, "add_remove", "Poisson sampling is analysed under the add_remove relation",
                        event.rate == 0.0)
     return [] if z is None else [(_cached_pairs("poisson", event.rate, _check_noise(event, z)), 1)]
 
 
 @event_pairs.register
-def _(event: ev.FixedSizeSampled, relation):
+def _(event: ev.FixedSizeSampled, relation: str) -> List[PairItem]:
     # the symmetric pair of metadp.mechanisms.wor (Balle, Barthe & Gaboardi 2018, Thm 9, both orderings)
     z = _sampled_noise(event, relation, "substitute", "fixed-size sampling is only analysed under the substitute "
                        "relation (Balle, Barthe & Gaboardi 2018); set relation = 'substitute'", event.batch == 0)
@@ -129,7 +131,7 @@ def _(event: ev.FixedSizeSampled, relation):
 
 
 @event_pairs.register
-def _(event: ev.ReplacementSampled, relation):
+def _(event: ev.ReplacementSampled, relation: str) -> List[PairItem]:
     # the binomial mixture of metadp.mechanisms.replacement: each copy moves the sum by up to 2C, attained
     z = _sampled_noise(event, relation, "add_remove", "sampling with replacement is analysed under the add_remove "
                        "relation (a copy of the unit replaces another unit's draw)", event.draws == 0)
@@ -148,7 +150,7 @@ _MAX_EPISODES = 10**7  # episodes a step (the binomial support is built over 0..
 
 
 @event_pairs.register
-def _(event: ev.EpisodicSampled, relation):
+def _(event: ev.EpisodicSampled, relation: str) -> List[PairItem]:
     if relation != "add_remove":
         raise _pld_unsupported(event, "episodic sampling is analysed under the add_remove relation (one record)")
     if math.isinf(event.inner.noise_multiplier) or event.unit_rate == 0.0 or event.within_rate == 0.0:
@@ -167,7 +169,7 @@ def _(event: ev.EpisodicSampled, relation):
 
 
 @event_pairs.register
-def _(event: ev.PoolSubstitution, relation):
+def _(event: ev.PoolSubstitution, relation: str) -> List[PairItem]:
     # the event carries the replacement itself: a record added, removed or replaced all replace the
     # task's clipped contribution by another of norm <= C (metadp.mechanisms.pooled)
     if math.isinf(event.inner.noise_multiplier) or event.rate == 0.0:
@@ -177,7 +179,7 @@ def _(event: ev.PoolSubstitution, relation):
 
 
 @event_pairs.register
-def _(event: ev.RandomAllocation, relation):
+def _(event: ev.RandomAllocation, relation: str) -> List[PairItem]:
     # one pass as a discrete pair that dominates the allocation pair, upper bound only (allocation_pld)
     if relation != "add_remove":
         raise _pld_unsupported(event, "random allocation is analysed under the add_remove relation")
@@ -203,7 +205,7 @@ def _(event: ev.RandomAllocation, relation):
 
 
 @event_pairs.register
-def _(event: ev.Group, relation):
+def _(event: ev.Group, relation: str) -> List[PairItem]:
     inner, k = event.inner, event.size
     if k == 1:
         return event_pairs(inner, relation)
@@ -223,11 +225,11 @@ def _(event: ev.Group, relation):
 
 
 @event_pairs.register
-def _(event: ev.SelfComposed, relation):
+def _(event: ev.SelfComposed, relation: str) -> List[PairItem]:
     return [(pairs, count * event.count) for pairs, count in event_pairs(event.inner, relation)
             if count * event.count > 0]
 
 
 @event_pairs.register
-def _(event: ev.Composed, relation):
+def _(event: ev.Composed, relation: str) -> List[PairItem]:
     return [item for e in event.events for item in event_pairs(e, relation)]

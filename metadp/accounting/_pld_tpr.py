@@ -24,7 +24,7 @@ The label sums are composed untilted (the FFT window on P's own bulk, Q's sum ti
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,13 +33,15 @@ from metadp.accounting import _pld_compose as _comp
 from metadp.accounting import _pld_lattice as _lat
 from metadp.accounting import _pld_window as _win
 from metadp.accounting._pld_event import _event
+from metadp.accounting._pld_lattice import LiveItem, Pair
+from metadp.core._typing import FloatArray
 
-__all__ = []
+__all__: List[str] = []
 
 _U = 2.0**-52
 
 
-def _curve(p_sum, q_sum, budget: float) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+def _curve(p_sum: _comp.TiltedSum, q_sum: _comp.TiltedSum, budget: float) -> Optional[Tuple[FloatArray, FloatArray]]:
     """(FPR upper bounds, TPR lower bounds) of the tests E_{A_j}, A_j the kept bins from the j-th in loss-ratio
     order up (module docstring), FPRs decreasing; None where no bin is usable. The round-off of P(E_A) is
     e^{-log_factor} (error ||w_P||_{2,A} + alias max_A w_P) and that of Q(E_A) e^{log_factor} error ||w_Q||_{2,A}
@@ -57,7 +59,7 @@ def _curve(p_sum, q_sum, budget: float) -> Optional[Tuple[np.ndarray, np.ndarray
     with np.errstate(over="ignore", invalid="ignore"):  # Q-masses by their loss ratio (an overflow: FPR 1)
         top_b = np.cumsum(np.exp(np.log(a) - ell)[::-1])[::-1]
 
-    def log_norms(log_w):  # log ||w||_{2, A_j} for every j
+    def log_norms(log_w: FloatArray) -> FloatArray:  # log ||w||_{2, A_j} for every j
         return 0.5 * np.logaddexp.accumulate(2.0 * log_w[::-1])[::-1]
 
     max_wp = np.maximum.accumulate(log_wp[::-1])[::-1]
@@ -70,7 +72,7 @@ def _curve(p_sum, q_sum, budget: float) -> Optional[Tuple[np.ndarray, np.ndarray
     return fpr, tpr
 
 
-def _read(fpr: np.ndarray, tpr: np.ndarray, alpha: float) -> float:
+def _read(fpr: FloatArray, tpr: FloatArray, alpha: float) -> float:
     """The piecewise-linear curve through (fpr_j, tpr_j) (fpr decreasing in j) at alpha: the best point at or
     below alpha, mixed with the next one up."""
     inside = np.nonzero(fpr <= alpha)[0]
@@ -84,8 +86,8 @@ def _read(fpr: np.ndarray, tpr: np.ndarray, alpha: float) -> float:
     return max(alpha, value * (1.0 - 4 * _U))
 
 
-def _direction(pairs, fprs: Sequence[float], h: float, tau: float, tail: float,
-               max_memory: int) -> Tuple[list, float]:
+def _direction(pairs: Sequence[Tuple[Pair, int]], fprs: Sequence[float], h: float, tau: float, tail: float,
+               max_memory: int) -> Tuple[List[float], float]:
     """(TPR lower bound at each FPR, advantage lower bound) of one direction's composed pairs at spacing h."""
     lattices = [(_lat.lattice_cached(pair, h, tail), c) for pair, c in pairs]
     p_items, q_items = _bounds._items(lattices, "down"), _bounds._items(lattices, "down_q")
@@ -102,7 +104,7 @@ def _direction(pairs, fprs: Sequence[float], h: float, tau: float, tail: float,
     return [_read(*curve, alpha) for alpha in fprs], max(0.0, float(np.max(curve[1] - curve[0])))
 
 
-def tpr_lower(items, fprs: Sequence[float], reference: float, max_points: int, max_memory: int,
+def tpr_lower(items: Sequence[LiveItem], fprs: Sequence[float], reference: float, max_points: int, max_memory: int,
               slack: float = 0.0) -> Tuple[Tuple[float, ...], float]:
     """(TPR lower bounds at ``fprs``, advantage lower bound) of the composed ``items`` (pairs, count): the larger
     over the directions, less ``slack`` (the attained pairs' total-variation slack, module docstring);

@@ -7,11 +7,13 @@ the tilted mass the FFT wraps in), and whether the untilted FFT is accurate enou
 from __future__ import annotations
 
 import math
+from typing import Optional, Sequence, Tuple, cast
 
 import numpy as np
 from scipy import fft as sfft
 
 from metadp.accounting import _pld_compose as _comp
+from metadp.core._typing import FloatArray
 
 __all__ = ["DELTA_SHARE", "STEPS", "window", "untilted_is_enough", "untilted_prediction"]
 
@@ -26,7 +28,9 @@ _WINDOW_GUARD = 0.5
 STEPS = np.geomspace(1e-4, 16.0, 12)
 
 
-def window(items, tilted, level, max_memory, steps=STEPS, guessed=None):
+def window(items: Sequence[_comp.Item], tilted: _comp.Tilted, level: float, max_memory: int,
+           steps: FloatArray = STEPS,
+           guessed: Optional[Tuple[FloatArray, FloatArray]] = None) -> Tuple[int, int, float, float]:
     """The FFT window [first, first + size) for the tilted sum: its Chernoff quantiles at ``level`` on
     each side (the whole support when that is shorter), size 2-3-5-smooth; also the log bound on the
     exact untilted mass above it and the tilted mass outside it (which the FFT wraps in). ``guessed``:
@@ -42,14 +46,16 @@ def window(items, tilted, level, max_memory, steps=STEPS, guessed=None):
         steps, guess = guessed
     else:
         both = np.concatenate([theta + steps, theta - steps])  # a guess within ~_WINDOW_GUARD nats suffices
-        guess = sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count, _WINDOW_GUARD)
-                    + item.count * _comp.log_inverse(item.rel_error) for item in items) - tilted.log_scale
+        guess = cast(FloatArray, sum(_comp.approximate_cgf(item.pmf, item.start, both, item.count, _WINDOW_GUARD)
+                                     + item.count * _comp.log_inverse(item.rel_error) for item in items)
+                     - tilted.log_scale)  # a sum of arrays (items is not empty)
     i_up = int(np.argmin((guess[: len(steps)] - log_level) / steps))
     i_down = int(np.argmax((log_level - guess[len(steps):]) / steps))
     up_step, down_step = steps[i_up:i_up + 1], steps[i_down:i_down + 1]
     both = np.concatenate([theta + up_step, theta - down_step])
-    total = sum(item.count * (_comp.cgf(item.pmf, item.start, both) + _comp.log_inverse(item.rel_error))
-                for item in items) - tilted.log_scale
+    total = cast(FloatArray, sum(item.count * (_comp.cgf(item.pmf, item.start, both)
+                                               + _comp.log_inverse(item.rel_error)) for item in items)
+                 - tilted.log_scale)
     up, down = total[:1], total[1:]
     top = min(high, math.ceil(float(np.min((up - log_level) / up_step))))
     first = max(low, math.floor(float(np.max((log_level - down) / down_step))))
@@ -66,16 +72,17 @@ def window(items, tilted, level, max_memory, steps=STEPS, guessed=None):
     return first, size, log_above, outside
 
 
-def untilted_is_enough(items, flat, size, delta) -> bool:
+def untilted_is_enough(items: Sequence[_comp.Item], flat: _comp.Tilted, size: int, delta: float) -> bool:
     """Whether the untilted FFT's round-off is predicted below ``_UNTILTED_SHARE`` of delta: its l2 bound
     is about sum_i c_i gamma ||x_i||_2 (``_pld_compose.compose``), read on an l2 norm of about (N / 2)^(1/2)
     bins. The prediction only picks the tilt; the bound charged is the one computed."""
     gamma = _comp.fft_gamma(size)
     predicted = sum(item.count * gamma * float(np.linalg.norm(x)) for item, (x, _) in zip(items, flat.arrays))
-    return predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta
+    return bool(predicted * math.sqrt(size / 2.0) <= _UNTILTED_SHARE * delta)
 
 
-def untilted_prediction(items, level):
+def untilted_prediction(items: Sequence[_comp.Item],
+                        level: float) -> Tuple[bool, Tuple[FloatArray, FloatArray]]:
     """(``untilted_is_enough`` predicted without the untilted sum's tilt and window: its moments and
     norm from the pmfs, its window from ``approximate_cgf`` (only the choice of tilt depends on it);
     the steps and block estimates it used, which ``_window`` reuses for the untilted sum)."""
@@ -88,8 +95,9 @@ def untilted_prediction(items, level):
         log_scale += item.count * math.log(total)
         norm += item.count * float(np.linalg.norm(item.pmf)) / total
     steps = STEPS / math.sqrt(max(var, 1.0))
-    guess = sum(_comp.approximate_cgf(item.pmf, item.start, np.concatenate([steps, -steps]), item.count)
-                + item.count * _comp.log_inverse(item.rel_error) for item in items) - log_scale
+    guess = cast(FloatArray, sum(_comp.approximate_cgf(item.pmf, item.start, np.concatenate([steps, -steps]),
+                                                       item.count)
+                                 + item.count * _comp.log_inverse(item.rel_error) for item in items) - log_scale)
     low = sum(item.count * item.start for item in items)
     high = sum(item.count * (item.start + len(item.pmf) - 1) for item in items)
     top = min(high, math.ceil(float(np.min((guess[: len(steps)] - math.log(level)) / steps))))

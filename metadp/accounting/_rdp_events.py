@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import overload
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from metadp.amplification.allocation_bounds import allocation_rdp_at
 from metadp.core import events as ev
 from metadp.mechanisms.episodic_rdp import episodic_rdp
 from metadp.core.rdp import gaussian_rdp, laplace_rdp, poisson_gaussian_rdp, wor_gaussian_rdp
+from metadp.core._typing import FloatArray
 
 __all__ = ["RELATIONS", "DEFAULT_ORDERS", "UnsupportedEventError", "event_rdp", "event_delta_charge",
            "effective_noise_multiplier", "less_charge", "times"]
@@ -30,7 +32,7 @@ __all__ = ["RELATIONS", "DEFAULT_ORDERS", "UnsupportedEventError", "event_rdp", 
 RELATIONS = ("add_remove", "substitute")
 
 
-def _default_orders() -> np.ndarray:
+def _default_orders() -> FloatArray:
     fractional = 1.0 + np.array([0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
     small_integers = np.arange(2, 65, dtype=np.float64)
     # Beyond 4096 the grid is extended on demand (``_refine`` doubles the order while it helps),
@@ -61,22 +63,26 @@ def _unsupported(event: ev.Event, reason: str) -> UnsupportedEventError:
 
 
 @functools.singledispatch
-def event_rdp(event: ev.Event, orders: np.ndarray, relation: str) -> np.ndarray:
+def event_rdp(event: ev.Event, orders: FloatArray, relation: str) -> FloatArray:
     """RDP curve of ``event`` at ``orders`` under ``relation`` (an upper bound per order)."""
     raise _unsupported(event, f"no RDP analysis for {type(event).__name__}")
 
 
 @event_rdp.register
-def _(event: ev.NoOp, orders, relation):
+def _(event: ev.NoOp, orders: FloatArray, relation: str) -> FloatArray:
     return np.zeros_like(orders)
 
 
 @event_rdp.register
-def _(event: ev.NonPrivate, orders, relation):
+def _(event: ev.NonPrivate, orders: FloatArray, relation: str) -> FloatArray:
     return np.full_like(orders, np.inf)
 
 
-def times(count, curve: np.ndarray) -> np.ndarray:
+@overload
+def times(count: float, curve: float) -> float: ...
+@overload
+def times(count: float, curve: FloatArray) -> FloatArray: ...
+def times(count: float, curve: float | FloatArray) -> float | FloatArray:
     """count x an RDP curve (count >= 1); a product beyond every float is +inf, the pessimistic side."""
     with np.errstate(over="ignore"):
         return float(count) * curve
@@ -88,24 +94,24 @@ def _relation_factor(relation: str) -> float:
 
 
 @event_rdp.register
-def _(event: ev.Gaussian, orders, relation):
+def _(event: ev.Gaussian, orders: FloatArray, relation: str) -> FloatArray:
     return gaussian_rdp(event.noise_multiplier / _relation_factor(relation), orders)
 
 
 @event_rdp.register
-def _(event: ev.Laplace, orders, relation):
+def _(event: ev.Laplace, orders: FloatArray, relation: str) -> FloatArray:
     return laplace_rdp(event.scale / _relation_factor(relation), orders)
 
 
 @event_rdp.register
-def _(event: ev.SelfComposed, orders, relation):
+def _(event: ev.SelfComposed, orders: FloatArray, relation: str) -> FloatArray:
     if event.count == 0:
         return np.zeros_like(orders)
     return times(event.count, event_rdp(event.inner, orders, relation))
 
 
 @event_rdp.register
-def _(event: ev.Composed, orders, relation):
+def _(event: ev.Composed, orders: FloatArray, relation: str) -> FloatArray:
     total = np.zeros_like(orders)
     for e in event.events:
         total = total + event_rdp(e, orders, relation)
@@ -113,7 +119,7 @@ def _(event: ev.Composed, orders, relation):
 
 
 @event_rdp.register
-def _(event: ev.Group, orders, relation):
+def _(event: ev.Group, orders: FloatArray, relation: str) -> FloatArray:
     inner, k = event.inner, event.size
     if isinstance(inner, ev.Gaussian):  # exact: sensitivity k (Mironov 2017, Prop. 7)
         return gaussian_rdp(inner.noise_multiplier / (k * _relation_factor(relation)), orders)
@@ -152,7 +158,7 @@ def effective_noise_multiplier(event: ev.Event, accountant: str = "RDP") -> floa
 
 
 @event_rdp.register
-def _(event: ev.PoissonSampled, orders, relation):
+def _(event: ev.PoissonSampled, orders: FloatArray, relation: str) -> FloatArray:
     if relation != "add_remove":
         raise _unsupported(event, "Poisson sampling is analysed under the add_remove relation")
     z = effective_noise_multiplier(event.inner)
@@ -160,7 +166,7 @@ def _(event: ev.PoissonSampled, orders, relation):
 
 
 @event_rdp.register
-def _(event: ev.FixedSizeSampled, orders, relation):
+def _(event: ev.FixedSizeSampled, orders: FloatArray, relation: str) -> FloatArray:
     if relation != "substitute":
         raise _unsupported(
             event, "fixed-size sampling is only analysed under the substitute relation "
@@ -171,7 +177,7 @@ def _(event: ev.FixedSizeSampled, orders, relation):
 
 
 @event_rdp.register
-def _(event: ev.ReplacementSampled, orders, relation):
+def _(event: ev.ReplacementSampled, orders: FloatArray, relation: str) -> FloatArray:
     # the binomial mixture pair is a Poisson group's (metadp.mechanisms.replacement): its group rule (Mironov 2017,
     # Prop. 2), valid and loose; the PLD accountant composes the pair itself
     if relation != "add_remove":
@@ -183,7 +189,7 @@ def _(event: ev.ReplacementSampled, orders, relation):
 
 
 @event_rdp.register
-def _(event: ev.RandomAllocation, orders, relation):
+def _(event: ev.RandomAllocation, orders: FloatArray, relation: str) -> FloatArray:
     if relation != "add_remove":
         raise _unsupported(event, "random allocation is analysed under the add_remove relation")
     if not isinstance(event.inner, ev.Gaussian):
@@ -199,7 +205,7 @@ def _episodic_check(event: ev.EpisodicSampled, relation: str) -> None:
 
 
 @event_rdp.register
-def _(event: ev.EpisodicSampled, orders, relation):
+def _(event: ev.EpisodicSampled, orders: FloatArray, relation: str) -> FloatArray:
     # the revealed-J pair with J truncated; the truncation is charged to delta (event_delta_charge)
     _episodic_check(event, relation)
     return episodic_rdp(event.episodes, event.unit_rate, event.within_rate, event.inner.noise_multiplier,
@@ -215,19 +221,19 @@ def event_delta_charge(event: ev.Event, relation: str) -> float:
 
 
 @event_delta_charge.register
-def _(event: ev.EpisodicSampled, relation):
+def _(event: ev.EpisodicSampled, relation: str) -> float:
     _episodic_check(event, relation)
     return episodic_rdp(event.episodes, event.unit_rate, event.within_rate, event.inner.noise_multiplier,
                         [2.0], event.shift)[1]
 
 
 @event_delta_charge.register
-def _(event: ev.SelfComposed, relation):
+def _(event: ev.SelfComposed, relation: str) -> float:
     return times(event.count, event_delta_charge(event.inner, relation)) if event.count else 0.0
 
 
 @event_delta_charge.register
-def _(event: ev.Composed, relation):
+def _(event: ev.Composed, relation: str) -> float:
     return float(sum(event_delta_charge(e, relation) for e in event.events))
 
 

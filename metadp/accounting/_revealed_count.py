@@ -20,7 +20,7 @@ unit). Everything is computed in log space; the binomial's upper tail beyond k_m
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, cast
 
 import numpy as np
 from scipy import special, stats
@@ -37,7 +37,7 @@ def _log_delta(eps: float, mu: np.ndarray) -> np.ndarray:
     b = -mu / 2.0 - eps / mu
     log_a, log_b = special.log_ndtr(a), special.log_ndtr(b)
     with np.errstate(divide="ignore"):
-        return log_a + np.log(-np.expm1(np.minimum(eps + log_b - log_a, 0.0)))
+        return cast(np.ndarray, log_a + np.log(-np.expm1(np.minimum(eps + log_b - log_a, 0.0))))
 
 
 def revealed_count_epsilon(rate: float, z: float, steps: int, delta: float) -> Optional[float]:

@@ -18,6 +18,7 @@ not offered here.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from metadp.core.validation import check_positive, check_real
 from metadp.core import events as ev
@@ -47,7 +48,7 @@ def sum_noise_multiplier(noise_multiplier: float, count_noise: float) -> float:
     if 2.0 * sigma_b <= z:
         raise ValueError(f"count_noise must be > noise_multiplier / 2 = {z / 2:g} for the sum to keep a finite "
                          f"multiplier, got {count_noise!r}")
-    return (z**-2 - (2.0 * sigma_b) ** -2) ** -0.5
+    return cast(float, (z**-2 - (2.0 * sigma_b) ** -2) ** -0.5)  # a positive base: a float
 
 
 def adaptive_clipping_event(sum_multiplier: float, count_noise: float) -> ev.Event:

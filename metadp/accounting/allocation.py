@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Tuple
+from typing import Any, Tuple
 
 from metadp.accounting.pld import PldAccountant
 from metadp.accounting.rdp_accountant import UnsupportedEventError
 from metadp.amplification.allocation_bounds import AllocationBounds, one_pass_bounds
-from metadp.core.events import Gaussian, PoissonSampled, RandomAllocation
+from metadp.core.events import Event, Gaussian, PoissonSampled, RandomAllocation
 from metadp.core.validation import check_count, check_delta, check_positive
 
 __all__ = ["poisson_proxy_epsilon", "one_pass_comparison", "certified_one_pass_bounds"]
@@ -47,9 +47,10 @@ def certified_one_pass_bounds(z: float, t: int, delta: float, epochs: int = 1) -
     return found
 
 
-def one_pass_comparison(sampling, relation: str, inner, steps: int, delta: float, lower: float,
+def one_pass_comparison(sampling: Any, relation: str, inner: Event, steps: int, delta: float, lower: float,
                         upper: float) -> Tuple[str, ...]:
-    """The report lines of a one-pass plan (balls in bins, shuffle): its certified [lower, upper] and, under
+    """The report lines of a one-pass plan (balls in bins, shuffle; ``sampling`` is its scheme, from
+    ``metadp.sampling``, a layer above): its certified [lower, upper] and, under
     add/remove with a Gaussian, Poisson sampling at the same rate (1/t) over the same steps (PLD, upper
     bound), with the lower bound's ratio to it: how much Poisson accounting of these batches would understate."""
     interval = (f"one-pass sampling ({sampling.scheme}): the true epsilon lies in the certified interval "

@@ -75,9 +75,10 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Tuple
+from typing import Callable, Tuple, Union, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from metadp.accounting import _allocation_log as _log_lattice
@@ -85,6 +86,7 @@ from metadp.accounting import _pld_compose as _comp
 from metadp.accounting._gaussian_cells import log_cell as _log_cell
 from metadp.amplification import allocation_bounds as _ab
 from metadp.core.validation import check_count, check_positive
+from metadp.core._typing import FloatArray
 
 __all__ = ["AllocationPair", "allocation_pairs", "pld_resolves"]
 
@@ -99,7 +101,7 @@ _LOG_STEPS = 1024  # the log lattice's largest t (its loss error grows as 2 log2
 
 
 @functools.lru_cache(maxsize=64)
-def _layout(z: float, t: int):
+def _layout(z: float, t: int) -> Tuple[float, int, float]:
     """(Delta, window points N, log of the add order's window charge) of one pass's lattice: the window's
     top c (in R) has charge <= _CHARGE; Delta is sd(V)/_PER_SD (at most 1/_PER_SD), finer where the window
     has fewer than _FINE_POINTS points at that, coarser where it would exceed _MAX_POINTS."""
@@ -107,7 +109,8 @@ def _layout(z: float, t: int):
     orders = _ab.ALLOCATION_ORDERS
     log_m = _ab._rdp_order_a(z, t, orders) * (orders - 1.0)  # log E_P R^a, rounded up
 
-    def log_charge(c, delta):  # log of a bound on E[R' 1{R' >= c}]: the smaller of two (module docstring)
+    # log of a bound on E[R' 1{R' >= c}]: the smaller of two (module docstring)
+    def log_charge(c: float, delta: float) -> float:
         # log(exp(log_m / a) + Delta) in log space: at small z the moments pass e^709
         moments = float(np.min(orders * np.logaddexp(log_m / orders, math.log(delta)) - (orders - 1.0) * math.log(c)))
         if c <= delta + 1.0:
@@ -144,14 +147,14 @@ def pld_resolves(z: float, t: int) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def _one_pass(z: float, t: int, direction: str):
+def _one_pass(z: float, t: int, direction: str) -> Tuple[FloatArray, FloatArray, float]:
     """(losses, P'-masses, infinity mass) of one pass's discrete pair (the masses raised by their error bounds):
     the linear lattice's where it resolves the pass, else the log lattice's (``pld_resolves``)."""
     if not _linear_resolves(z, t):
         return _log_lattice.log_lattice_pass(z, t, direction)
     delta, n_win, log_window_charge = _layout(z, t)
     # V's lattice: up to V_top, where Pr[V > V_top] is negligible, or the window
-    x_of = lambda v: z * z * np.log(v) + 0.5  # V = v  <=>  x = z^2 log v + 1/2
+    x_of: Callable[[ArrayLike], FloatArray] = lambda v: z * z * np.log(v) + 0.5  # V = v  <=>  x = z^2 log v + 1/2
     v_top = min(math.exp((z * 40.0 - 0.5) / (z * z)) if z < 50 else math.inf, (n_win - 1) * delta)
     k_top = max(1, int(v_top / delta))
     v_top = k_top * delta
@@ -215,7 +218,7 @@ def _fft_size(n: int) -> int:
     return best
 
 
-def _best_of_tilts(item, size: int, h: float, t: int, direction: str) -> Tuple[np.ndarray, np.ndarray]:
+def _best_of_tilts(item: _comp.Item, size: int, h: float, t: int, direction: str) -> Tuple[FloatArray, FloatArray]:
     """The t-fold sum's masses on the window and absolute error bounds, each bin from the tilt whose bound
     is smallest there (every tilt gives a valid bound of the same exact masses)."""
     thetas = _thetas(item, size, direction)
@@ -236,7 +239,7 @@ def _best_of_tilts(item, size: int, h: float, t: int, direction: str) -> Tuple[n
     return best_m, best_e
 
 
-def _thetas(item, size: int, direction: str) -> np.ndarray:
+def _thetas(item: _comp.Item, size: int, direction: str) -> FloatArray:
     """Tilts (index units) whose tilted t-fold means spread over the part of the window that matters to
     this order: below the mean ("remove": large losses at small sums), above it ("add"). Only a choice:
     every theta gives valid bounds. The means are estimated on the pmf summed into blocks."""
@@ -272,10 +275,10 @@ class AllocationPair:
         self.t = check_count("t", t, minimum=2)
         self.direction = direction
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"AllocationPair(z={self.z!r}, t={self.t}, direction={self.direction!r})"
 
-    def _atoms(self):
+    def _atoms(self) -> Tuple[FloatArray, FloatArray, float]:
         return _one_pass(self.z, self.t, self.direction)
 
     def loss_range(self, tail: float) -> Tuple[float, float]:
@@ -289,7 +292,8 @@ class AllocationPair:
         hi = float(losses[max(hi_i, 0)])
         return lo, max(hi, lo + 1e-9)
 
-    def cell_masses(self, edges, under: str = "P", with_error: bool = False):
+    def cell_masses(self, edges: ArrayLike, under: str = "P", with_error: bool = False) -> Union[
+            Tuple[FloatArray, float, float], Tuple[FloatArray, float, float, FloatArray, float, float]]:
         """Masses of the loss cells (e_{i-1}, e_i], below e_0 and above e_K (with the infinity atom), as
         ``DominatingPair.cell_masses``. Under "Q" the error bounds equal the masses (module docstring)."""
         if under not in ("P", "Q"):
@@ -303,8 +307,8 @@ class AllocationPair:
         edges = np.asarray(edges, dtype=np.float64)
         where = np.searchsorted(edges, losses, side="left")  # cell index + 1; 0 below, K + 1 above
         size = len(edges) + 1
-        mass = np.bincount(where, p, size)
-        error = np.bincount(where, err, size) + mass * (len(p) * _U)
+        mass = cast(FloatArray, np.bincount(where, p, size))  # with weights: float64 (the stubs say intp)
+        error = cast(FloatArray, np.bincount(where, err, size)) + mass * (len(p) * _U)
         cells, below, above = mass[1:-1], float(mass[0]), float(mass[-1]) + inf_mass
         if not with_error:
             return cells, below, above
@@ -312,7 +316,7 @@ class AllocationPair:
 
 
 @functools.lru_cache(maxsize=64)
-def allocation_pairs(z: float, t: int) -> tuple:
+def allocation_pairs(z: float, t: int) -> Tuple[AllocationPair, AllocationPair]:
     """(add, remove) discrete pairs of one random-allocation pass (one object per (z, t), so repeated
     passes merge into one FFT power in the PLD accountant)."""
     return AllocationPair(z, t, "add"), AllocationPair(z, t, "remove")

@@ -18,7 +18,7 @@ releases nothing).
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable, Dict, Generic, Optional, Tuple, TypeVar
 
 from scipy import optimize
 
@@ -32,6 +32,7 @@ __all__ = ["ACCOUNTANTS", "certified_epsilon", "calibrate_noise", "max_steps", "
 
 _NOISE_RANGE = (1e-6, 1e6)  # noise multipliers searched by calibrate_noise
 _MIN_RATE = 1e-12  # the smallest sampling rate max_rate tries
+_X = TypeVar("_X", int, float)  # the parameter searched: a number of steps, a noise multiplier or a rate
 
 
 def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_remove",
@@ -44,7 +45,7 @@ def certified_epsilon(event: ev.Event, delta: float, *, relation: str = "add_rem
     return certify(event, delta, relation=relation, accountant=accountant, max_seconds=math.inf, lower=False).epsilon
 
 
-def _search(event: ev.Event, delta: float, relation: str, accountant: str):
+def _search(event: ev.Event, delta: float, relation: str, accountant: str) -> Tuple[float, bool]:
     """(a certified epsilon for the search, with the accountant's default time budget; whether
     ``certified_epsilon`` gives the very same number): it does where the time budget did not decide
     anything (an accountant without one, or refinement not stopped by it: it is otherwise deterministic,
@@ -54,35 +55,38 @@ def _search(event: ev.Event, delta: float, relation: str, accountant: str):
     return found.epsilon, not found.stopped_by_time
 
 
-class _Searched:
+class _Searched(Generic[_X]):
     """The search's epsilons by parameter, and the certified (time-independent) epsilon from them where
     the search's is already that number (``_search``), else computed."""
 
-    def __init__(self, make_event, delta: float, relation: str, accountant: str, progress=None):
-        self.make_event, self.delta, self.relation, self.accountant = make_event, delta, relation, accountant
-        self.found = {}
-        self.progress = progress  # called with (parameter, epsilon) after each evaluation
+    def __init__(self, make_event: Callable[[_X], ev.Event], delta: float, relation: str, accountant: str,
+                 progress: Optional[Callable[[_X, float], None]] = None):
+        self.make_event: Callable[[_X], ev.Event] = make_event
+        self.delta, self.relation, self.accountant = delta, relation, accountant
+        self.found: Dict[_X, Tuple[float, bool]] = {}
+        # called with (parameter, epsilon) after each evaluation
+        self.progress: Optional[Callable[[_X, float], None]] = progress
 
-    def search(self, x) -> float:
+    def search(self, x: _X) -> float:
         if x not in self.found:
             self.found[x] = _search(self.make_event(x), self.delta, self.relation, self.accountant)
             if self.progress is not None:
                 self.progress(x, self.found[x][0])
         return self.found[x][0]
 
-    def quick(self, x) -> float:
+    def quick(self, x: _X) -> float:
         """The RDP accountant's certified epsilon (fast at any count and noise): where the search's accountant
         is another, a bracket to start from; any certified upper bound <= target is a valid answer."""
         return _search(self.make_event(x), self.delta, self.relation, "rdp")[0] if self.accountant != "rdp" \
             else self.search(x)
 
-    def certified(self, x) -> float:
+    def certified(self, x: _X) -> float:
         if x in self.found and self.found[x][1]:
             return self.found[x][0]
         return certified_epsilon(self.make_event(x), self.delta, relation=self.relation, accountant=self.accountant)
 
 
-def _check_target(target_epsilon: float, delta: float):
+def _check_target(target_epsilon: float, delta: float) -> Tuple[float, float]:
     target = check_real("target_epsilon", target_epsilon, low=0.0, low_open=True)
     return target, check_delta("delta", delta)
 
@@ -132,7 +136,7 @@ def calibrate_noise(make_event: Callable[[float], ev.Event], target_epsilon: flo
     return z
 
 
-def _smallest_noise(eps, target: float, rtol: float, start: float = 1.0) -> float:
+def _smallest_noise(eps: Callable[[float], float], target: float, rtol: float, start: float = 1.0) -> float:
     """Smallest z (to relative rtol) with eps(z) <= target, for eps non-increasing in z (the bracket searched
     from ``start``)."""
     low, high = _NOISE_RANGE
@@ -183,7 +187,8 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     cap = ev.MAX_COUNT if limit is None else check_count("limit", limit, minimum=1, maximum=ev.MAX_COUNT)
     accountant_names(accountant)  # validates the name
 
-    searched = _Searched(lambda t: ev.SelfComposed(step_event, t), delta, relation, accountant, progress)
+    searched: _Searched[int] = _Searched(lambda t: ev.SelfComposed(step_event, t), delta, relation, accountant,
+                                         progress)
 
     def ok(t: int) -> bool:
         return searched.search(t) <= target
@@ -236,14 +241,14 @@ def max_steps(step_event: ev.Event, target_epsilon: float, delta: float, *, rela
     return lo
 
 
-def _quick_ok(searched: _Searched, steps: int, target: float) -> bool:
+def _quick_ok(searched: _Searched[int], steps: int, target: float) -> bool:
     try:
         return searched.quick(steps) <= target
     except UnsupportedEventError:
         return False
 
 
-def _largest_quick(searched: _Searched, target: float, cap: int) -> int:
+def _largest_quick(searched: _Searched[int], target: float, cap: int) -> int:
     """The largest count (to 1e-3 relative) whose RDP epsilon meets the target, 0 if none or no RDP bound."""
     try:
         if searched.quick(1) > target:

@@ -21,11 +21,11 @@ class with this interface and one line in ``registry.py``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.certificate import Certificate, worst
-from metadp.accounting.registry import ACCOUNTANTS, accountant_class
+from metadp.accounting.registry import ACCOUNTANTS, Accountant, accountant_class
 from metadp.core import events as ev
 
 __all__ = ["Certificate", "Certification", "NoAccountantError", "certify", "accountant_names", "supporting",
@@ -83,15 +83,16 @@ def accountant_names(accountant: Union[str, Iterable[str]] = "all") -> Tuple[str
     return names
 
 
-def _fresh(name: str, relation: str, max_seconds: Optional[float]):
+def _fresh(name: str, relation: str, max_seconds: Optional[float]) -> Accountant:
     cls = accountant_class(name)
     return cls(relation=relation, max_seconds=max_seconds) if cls.timed and max_seconds is not None \
         else cls(relation=relation)
 
 
-def certify(events: Union[ev.Event, Sequence[ev.Event]], delta: float, *, steps: int = 1,
+def certify(events: Union[ev.Event, Sequence[ev.Event], None], delta: float, *, steps: int = 1,
             relation: str = "add_remove", accountant: Union[str, Iterable[str]] = "all",
-            max_seconds: Optional[float] = None, lower: bool = True, composed=None) -> Certification:
+            max_seconds: Optional[float] = None, lower: bool = True,
+            composed: Optional[Callable[[Accountant], Accountant]] = None) -> Certification:
     """Certifies ``steps`` compositions of ``events`` at ``delta`` with the named accountant(s).
 
     Args:
@@ -115,10 +116,13 @@ def certify(events: Union[ev.Event, Sequence[ev.Event]], delta: float, *, steps:
             its own error; several: every reason, joined).
     """
     names = accountant_names(accountant)
-    alternatives = () if composed is not None else (events,) if isinstance(events, ev.Event) else tuple(events)
+    alternatives: Tuple[ev.Event, ...] = () if composed is not None else (events,) if isinstance(events, ev.Event) \
+        else tuple(cast(Sequence[ev.Event], events))  # events are given where composed is not
     if composed is None and not alternatives:
         raise ValueError("certify needs at least one event (a unit without an event has no guarantee to certify)")
-    found, refused, errors = [], [], []
+    found: List[Certificate] = []
+    refused: List[Tuple[str, str]] = []
+    errors: List[UnsupportedEventError] = []
     for name in names:
         try:
             if composed is not None:
@@ -141,11 +145,12 @@ def supporting(events: Union[ev.Event, Sequence[ev.Event]], relation: str = "add
     """(the names among ``accountant`` that support every event, (name, why) for the others): a plan's
     load-time check, without computing any bound."""
     alternatives = (events,) if isinstance(events, ev.Event) else tuple(events)
-    ok, refused = [], []
+    ok: List[str] = []
+    refused: List[Tuple[str, str]] = []
     for name in accountant_names(accountant):
         acc = accountant_class(name)(relation=relation)
-        reasons = [acc.why_unsupported(e) for e in alternatives]
-        reasons = [r for r in reasons if r is not None]
+        answers = [acc.why_unsupported(e) for e in alternatives]
+        reasons = [r for r in answers if r is not None]
         if reasons:
             refused.append((name, reasons[0]))
         else:

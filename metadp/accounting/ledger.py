@@ -36,13 +36,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union, cast
 
 from metadp.core.validation import check_count, check_delta
 from metadp.core import events as ev
 from metadp.accounting.rdp_accountant import RELATIONS
-from metadp.accounting.certify import certify
-from metadp.accounting.registry import make_accountant
+from metadp.accounting.certify import Certification, certify
+from metadp.accounting.registry import Accountant, make_accountant
 from metadp.core.serialize import event_to_dict
 from metadp.accounting._ledger_file import (
     FORMAT,
@@ -99,8 +99,8 @@ class Ledger:
     # -- creating and opening -------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path, relation: str, unit: str, delta: float, metadata: Optional[Mapping[str, Any]] = None
-               ) -> "Ledger":
+    def create(cls, path: Union[str, os.PathLike[str]], relation: str, unit: str, delta: float,
+               metadata: Optional[Mapping[str, Any]] = None) -> "Ledger":
         """Creates a new ledger file (never overwriting one) and returns it open for appending.
 
         Args:
@@ -143,7 +143,8 @@ class Ledger:
         return cls(path, json.loads(line), [], fd, len(line))
 
     @classmethod
-    def open(cls, path, repair: bool = False, readonly: bool = False, allow_torn: bool = False) -> "Ledger":
+    def open(cls, path: Union[str, os.PathLike[str]], repair: bool = False, readonly: bool = False,
+             allow_torn: bool = False) -> "Ledger":
         """Reads and verifies every line of a ledger.
 
         Args:
@@ -184,7 +185,7 @@ class Ledger:
             if torn is not None:
                 if not repair:
                     raise torn
-                note = _repair(fd, end, torn)
+                note = _repair(cast(int, fd), end, torn)  # writable: fd is open
                 if torn.completable:
                     header, records, end, torn = _parse(data + b"\n", path)
             return cls(path, header, records, fd, end, note)
@@ -202,7 +203,7 @@ class Ledger:
     def __enter__(self) -> "Ledger":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- appending ------------------------------------------------------------------------------
@@ -266,23 +267,23 @@ class Ledger:
 
     @property
     def relation(self) -> str:
-        return self._header["relation"]
+        return cast(str, self._header["relation"])
 
     @property
     def unit(self) -> str:
-        return self._header["unit"]
+        return cast(str, self._header["unit"])
 
     @property
     def delta(self) -> float:
-        return self._header["delta"]
+        return cast(float, self._header["delta"])
 
     @property
     def metadata(self) -> Dict[str, Any]:
-        return json.loads(canonical_json(self._header["metadata"]))  # a copy
+        return cast(Dict[str, Any], json.loads(canonical_json(self._header["metadata"])))  # a copy
 
     @property
     def created(self) -> float:
-        return self._header["created"]
+        return cast(float, self._header["created"])
 
     @property
     def entries(self) -> Tuple[LedgerRecord, ...]:
@@ -313,7 +314,7 @@ class Ledger:
             raise LedgerError(f"{self._path}: entry {entries - 1} has hash {found[:12]}..., the checkpoint saw "
                               f"{str(head)[:12]}...: this is not the ledger the checkpoint was written with")
 
-    def accountant(self, kind: str = "pld", **options):
+    def accountant(self, kind: str = "pld", **options: Any) -> Accountant:
         """A fresh accountant (``PldAccountant`` or ``RdpAccountant``, under the ledger's relation) with
         every entry composed. Identical events are composed once with their total count (composition
         is commutative for both accountants), so the cost does not grow with the number of entries.
@@ -324,19 +325,20 @@ class Ledger:
         """
         return self._compose_into(make_accountant(kind, self.relation, **options))
 
-    def certify(self, delta: Optional[float] = None, accountant="all", lower: bool = True):
+    def certify(self, delta: Optional[float] = None, accountant: Union[str, Iterable[str]] = "all",
+                lower: bool = True) -> Certification:
         """Every named accountant's certificate of the releases on record (``metadp.accounting.certify``) at
         ``delta`` (default: the ledger's delta); ``.tightest`` is the bound to report."""
         delta = self.delta if delta is None else check_delta("delta", delta)
         return certify(None, delta, relation=self.relation, accountant=accountant, lower=lower,
                        composed=self._compose_into)
 
-    def _compose_into(self, acc):
+    def _compose_into(self, acc: Accountant) -> Accountant:
         for event, count in self._totals.items():
             acc.compose(event, count)
         return acc
 
-    def spent(self, delta: Optional[float] = None, accountant="all") -> float:
+    def spent(self, delta: Optional[float] = None, accountant: Union[str, Iterable[str]] = "all") -> float:
         """The certified epsilon (an upper bound; the tightest of ``accountant``, default every one that
         interprets the entries) spent so far at ``delta`` (default: the ledger's delta)."""
         delta = self.delta if delta is None else check_delta("delta", delta)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Set, Tuple, cast
 
 import numpy as np
 
@@ -34,10 +34,13 @@ from metadp.accounting._pld_method import RDP_REPORTED, REVEALED_COUNT_REPORTED,
 from metadp.accounting.certificate import Certificate
 from metadp.accounting.rdp_accountant import RELATIONS, LedgerEntry, RdpAccountant, UnsupportedEventError
 from metadp.accounting._pld_gaussian import gaussian_delta_bounds, gaussian_epsilon_bounds, gaussian_mu
+from metadp.accounting._pld_lattice import Lattice, LiveItem, Pair, PairItem
 from metadp.accounting._pld_pairs import event_pairs
 from metadp.accounting._revealed_count import revealed_count_epsilon
-from metadp.accounting._pld_bounds import _DELTA_SHARE, PldResult, _bounds, _delta_bounds, _trajectory_direction
+from metadp.accounting._pld_bounds import PldResult, _bounds, _delta_bounds, _trajectory_direction
+from metadp.accounting._pld_window import DELTA_SHARE as _DELTA_SHARE
 from metadp.core import events as ev
+from metadp.core._typing import FloatArray
 from metadp.core.validation import check_count, check_delta, check_real
 from metadp.mechanisms.base import Attained
 
@@ -50,7 +53,8 @@ __all__ = ["PldAccountant", "PldResult", "event_pairs"]
 DELTA_FLOOR = 1e-270
 
 
-def _guarded_bounds(items, delta, tolerance, max_fft_size, max_memory, max_seconds, steps) -> PldResult:
+def _guarded_bounds(items: Sequence[LiveItem], delta: float, tolerance: float, max_fft_size: int, max_memory: int,
+                    max_seconds: float, steps: int) -> PldResult:
     """``_bounds``, or no bound (lower 0, upper infinity, a note) where its arithmetic leaves float64's range.
 
     The lattice's error terms grow with the composed count and the per-step losses (counts near 10^13 or noise
@@ -78,17 +82,18 @@ def _down(x: float) -> str:
     return f"{_directed(x, math.floor):.6g}"
 
 
-def _directed(x: float, rounding) -> float:
+def _directed(x: float, rounding: Callable[[float], int]) -> float:
     if x <= 0.0:
         return max(x, 0.0)
     scale = 10.0 ** (5 - math.floor(math.log10(x)))  # 6 significant digits
     return rounding(x * scale) / scale
 
 
-def _poisson_gaussian_steps(ledger):
+def _poisson_gaussian_steps(ledger: Sequence[LedgerEntry]) -> Optional[Tuple[float, float, int]]:
     """(rate, noise multiplier, steps) where every composed release is PoissonSampled(rate, Gaussian(z)) of one
     rate and multiplier (through SelfComposed and Composed); else None."""
-    found, stack = set(), [(entry.event, entry.count) for entry in ledger]
+    found: Set[Tuple[float, float]] = set()
+    stack = [(entry.event, entry.count) for entry in ledger]
     steps = 0
     while stack:
         event, count = stack.pop()
@@ -107,13 +112,13 @@ def _poisson_gaussian_steps(ledger):
     return (rate, z, steps) if math.isfinite(z) else None
 
 
-def _attained(pairs: tuple):
+def _attained(pairs: Optional[Tuple[Pair, ...]]) -> Optional[Attained]:
     """The ``Attained`` of an item some of whose pairs dominate one step only, else None (every pair of the
     item is attained as it is). For an (add, remove) item, each direction's first attained pair (or the
     pair itself), merged into one where they are the same pair."""
     if pairs is None:  # a non-private release
         return None
-    named = [getattr(pair, "attained", None) for pair in pairs]
+    named: List[Optional[Attained]] = [getattr(pair, "attained", None) for pair in pairs]
     found = [a for a in named if a is not None]
     if not found:
         return None
@@ -153,8 +158,8 @@ class PldAccountant:
         self.max_fft_size = check_count("max_fft_size", max_fft_size, minimum=1 << 10)
         self.max_seconds = check_real("max_seconds", max_seconds, low=0.0, allow_inf=True)
         self._ledger: List[LedgerEntry] = []
-        self._items: List[Tuple[tuple, int]] = []
-        self._rdp_cache = None  # (ledger length, RdpAccountant or None): the RDP cap, built when needed
+        self._items: List[PairItem] = []
+        self._rdp_cache: Optional[Tuple[int, Optional[RdpAccountant]]] = None  # (len(ledger), RDP cap), built on use
 
     def compose(self, event: ev.Event, count: int = 1) -> "PldAccountant":
         """Composes ``event`` ``count`` times; raises before any state change if unsupported."""
@@ -194,7 +199,7 @@ class PldAccountant:
         return dataclasses.replace(pld_certificate(self, result), epsilon_lower=None)
 
     @property
-    def ledger(self):
+    def ledger(self) -> Tuple[LedgerEntry, ...]:
         return tuple(self._ledger)
 
     def get_epsilon(self, delta: float) -> float:
@@ -202,7 +207,7 @@ class PldAccountant:
         composition, is not computed)."""
         return self._pair_bounds(check_delta("delta", delta)).epsilon_upper
 
-    def get_epsilon_and_order(self, delta: float):
+    def get_epsilon_and_order(self, delta: float) -> Tuple[float, float]:
         """(epsilon, nan): the accountant interface shared with ``RdpAccountant`` (no Renyi order)."""
         return self.get_epsilon(delta), math.nan
 
@@ -236,8 +241,8 @@ class PldAccountant:
                     "mass in float64 (it refined for seconds to no finite bound): no PLD lattice bound")
             result = PldResult(0.0, math.inf, delta, math.nan, self._steps(), 0, (note,))
         else:
-            result = _guarded_bounds(self._items, delta, self.tolerance, self.max_fft_size, self.max_memory,
-                                     self.max_seconds, self._steps())
+            result = _guarded_bounds(cast(List[LiveItem], self._items), delta, self.tolerance, self.max_fft_size,
+                                     self.max_memory, self.max_seconds, self._steps())  # none is non-private
         upper = result.epsilon_upper
         if math.isfinite(upper) and upper - result.epsilon_lower <= self.tolerance * upper:
             return result
@@ -285,7 +290,8 @@ class PldAccountant:
             return dataclasses.replace(result, epsilon_lower=0.0, pair_lower=result.epsilon_lower,
                                        notes=result.notes + (pair_note + "; no named datasets give a lower bound "
                                                              "for this composition",))
-        items = [(pairs if a is None else a.pairs, c) for a, (pairs, c) in zip(named, self._items)]
+        items = cast(List[LiveItem], [(pairs if a is None else a.pairs, c)  # none non-private: upper is finite
+                                      for a, (pairs, c) in zip(named, self._items)])
         slack = sum(c * a.slack for a, (_, c) in zip(named, self._items) if a is not None)
         if delta + slack >= 1.0 or delta + slack < DELTA_FLOOR:  # nothing to find, or no lattice to find it
             lower = 0.0
@@ -298,23 +304,23 @@ class PldAccountant:
         return dataclasses.replace(result, epsilon_lower=lower, pair_lower=result.epsilon_lower,
                                    notes=result.notes + (note,))
 
-    def _rdp_accountant(self):
+    def _rdp_accountant(self) -> Optional[RdpAccountant]:
         """The RDP accountant of the ledger (None if an event has no RDP bound), built on first use."""
         if self._rdp_cache is None or self._rdp_cache[0] != len(self._ledger):
             rdp = RdpAccountant(self.relation)
             try:
                 for entry in self._ledger:
                     rdp.compose(entry.event, entry.count)
+                self._rdp_cache = (len(self._ledger), rdp)
             except UnsupportedEventError:
-                rdp = None
-            self._rdp_cache = (len(self._ledger), rdp)
+                self._rdp_cache = (len(self._ledger), None)
         return self._rdp_cache[1]
 
     def _rdp_epsilon(self, delta: float) -> float:
         rdp = self._rdp_accountant()
         return rdp.get_epsilon(delta) if rdp is not None else math.inf
 
-    def trajectory(self, steps, delta: float, step_event: ev.Event = None) -> np.ndarray:
+    def trajectory(self, steps: Iterable[int], delta: float, step_event: Optional[ev.Event] = None) -> FloatArray:
         """Certified epsilon (upper bound) after each listed number of steps.
 
         As ``RdpAccountant.trajectory``: the step is ``step_event`` on top of the ledger, or the last
@@ -348,13 +354,17 @@ class PldAccountant:
         out = np.full(len(counts), np.inf)
         wide = True  # whether the PLD values may be looser than the tolerance (then RDP is asked everywhere)
         if gaussian_mu(base_items + step_items) is not None:  # Gaussian releases only: mu-GDP per count
-            exact = [gaussian_epsilon_bounds(gaussian_mu(base_items + [(p, c * t) for p, c in step_items]), delta)
-                     if n else (0.0, 0.0) for t, n in zip(counts, n_of)]
+            # (every item is a Gaussian pair, at any count: gaussian_mu is not None)
+            exact = [gaussian_epsilon_bounds(cast(Tuple[float, float], gaussian_mu(
+                base_items + [(p, c * t) for p, c in step_items])), delta) if n else (0.0, 0.0)
+                for t, n in zip(counts, n_of)]
             if all(e is not None for e in exact):
-                out = np.array([e[1] for e in exact])
+                out = np.array([cast(Tuple[float, float], e)[1] for e in exact])
                 wide = False  # the closed form: within a few ulps of the optimal epsilon
         if wide:
-            out, wide = self._lattice_trajectory(base_items, step_items, counts, n_of, delta)
+            # (no item is non-private: checked above)
+            out, wide = self._lattice_trajectory(cast(List[LiveItem], base_items), cast(List[LiveItem], step_items),
+                                                 counts, n_of, delta)
         out = np.where(np.array(n_of) == 0, 0.0, out)
         need = [i for i in range(len(counts)) if n_of[i] > 0 and (wide or not math.isfinite(out[i]))]
         if need:
@@ -368,7 +378,8 @@ class PldAccountant:
             out[need] = np.minimum(out[need], scales)
         return out
 
-    def _lattice_trajectory(self, base_items, step_items, counts, n_of, delta):
+    def _lattice_trajectory(self, base_items: List[LiveItem], step_items: List[LiveItem], counts: List[int],
+                            n_of: List[int], delta: float) -> Tuple[FloatArray, bool]:
         """(PLD upper bounds at each count on one shared lattice, whether the longest count's interval
         is wider than the tolerance): ``trajectory``'s lattice part."""
         certifiable = [i for i in range(len(counts)) if 0 < n_of[i]]
@@ -389,8 +400,9 @@ class PldAccountant:
             directions = 2 if any(len(pairs) == 2 for pairs, _ in base_items + step_items) else 1
             values = np.zeros(len(certifiable))
             for d in range(directions):
-                pick = lambda items: [(_lat.lattice_cached(pairs[min(d, len(pairs) - 1)], h, tail), c)
-                                      for pairs, c in items]
+                pick: Callable[[List[LiveItem]], List[Tuple[Lattice, int]]] = \
+                    lambda items: [(_lat.lattice_cached(pairs[min(d, len(pairs) - 1)], h, tail), c)
+                                   for pairs, c in items]
                 values = np.maximum(values, _trajectory_direction(pick(base_items), pick(step_items),
                                                                   [counts[i] for i in certifiable], delta,
                                                                   self.max_memory))
@@ -418,8 +430,8 @@ class PldAccountant:
             return float(exact[1])
         reference, lower, delta = 1e-6, 0.0, 1.0
         for _ in range(4):
-            lower, delta = _delta_bounds(self._items, epsilon, reference, self.tolerance, self.max_fft_size,
-                                         self.max_memory, self.max_seconds)
+            lower, delta = _delta_bounds(cast(List[LiveItem], self._items), epsilon, reference, self.tolerance,
+                                         self.max_fft_size, self.max_memory, self.max_seconds)  # none non-private
             if delta >= 0.01 * reference or delta <= 1e-300:
                 break
             reference = delta

@@ -21,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize
 
 from metadp.accounting._rdp_events import (DEFAULT_ORDERS, RELATIONS, UnsupportedEventError, event_delta_charge,
@@ -33,6 +34,7 @@ from metadp.core.validation import check_count, check_delta, check_real
 from metadp.core import events as ev
 from metadp.core.conversions import CONVERSIONS, delta_from_rdp, epsilon_from_rdp, epsilon_from_rdp_rows
 from metadp.core.rdp import orders_array
+from metadp.core._typing import FloatArray
 
 __all__ = ["RELATIONS", "DEFAULT_ORDERS", "UnsupportedEventError", "RdpAccountant", "event_rdp", "event_delta_charge"]
 
@@ -66,7 +68,7 @@ class RdpAccountant:
     timed = False  # no refinement time budget: the same number on any machine
     citations = ("mironov2017renyi", "canonne2020discrete")
 
-    def __init__(self, relation: str = "add_remove", conversion: str = "cks", orders=None):
+    def __init__(self, relation: str = "add_remove", conversion: str = "cks", orders: Optional[ArrayLike] = None):
         if relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
         if conversion not in CONVERSIONS:
@@ -116,20 +118,20 @@ class RdpAccountant:
         return self._charge
 
     @property
-    def orders(self) -> np.ndarray:
+    def orders(self) -> FloatArray:
         return self._orders.copy()
 
-    def rdp(self, orders=None) -> np.ndarray:
+    def rdp(self, orders: Optional[ArrayLike] = None) -> FloatArray:
         """The composed RDP curve at ``orders`` (default: the grid)."""
         if orders is None:
             return self._grid_rdp.copy()
         orders = orders_array(orders)
         return self._rdp_of(self._ledger, orders)
 
-    def _curve(self, event: ev.Event, orders: tuple) -> np.ndarray:
+    def _curve(self, event: ev.Event, orders: Tuple[float, ...]) -> FloatArray:
         return _cached_curve(event, self.relation, orders)
 
-    def _rdp_of(self, entries: Sequence[LedgerEntry], orders: np.ndarray) -> np.ndarray:
+    def _rdp_of(self, entries: Sequence[LedgerEntry], orders: FloatArray) -> FloatArray:
         total = np.zeros_like(orders)
         for entry in entries:
             if entry.count:
@@ -189,7 +191,8 @@ class RdpAccountant:
         tv, _ = delta_from_rdp(self._orders, self._grid_rdp, epsilon, self.conversion)
         return min(1.0, min(d, tv) + self._charge)
 
-    def _refine(self, objective, best: float, order: float, xatol: float = 1e-7) -> Tuple[float, float]:
+    def _refine(self, objective: Callable[[float], float], best: float, order: float,
+                xatol: float = 1e-7) -> Tuple[float, float]:
         """Minimises ``objective`` over the continuous order near the grid optimum ``order``."""
         grid = self._orders[np.isfinite(self._orders)]
         i = int(np.searchsorted(grid, order))
@@ -220,8 +223,8 @@ class RdpAccountant:
             return float(result.fun), math.exp(float(result.x))
         return best, order
 
-    def trajectory(self, steps: Iterable[int], delta: float, step_event: ev.Event = None,
-                   checkpoints: int = 32) -> np.ndarray:
+    def trajectory(self, steps: Iterable[int], delta: float, step_event: Optional[ev.Event] = None,
+                   checkpoints: int = 32) -> FloatArray:
         """Certified epsilon after each listed number of steps, computed incrementally.
 
         The step is ``step_event`` composed on top of everything in the ledger, or, when it is None,
@@ -238,7 +241,7 @@ class RdpAccountant:
             float64 array of epsilons, one per listed step count.
         """
         delta = check_delta("delta", delta)
-        steps = np.array([check_count("steps", s, maximum=ev.MAX_COUNT) for s in steps], dtype=np.float64)
+        counts = np.array([check_count("steps", s, maximum=ev.MAX_COUNT) for s in steps], dtype=np.float64)
         if step_event is None:
             if not self._ledger:
                 raise ValueError("trajectory needs a step_event or at least one composed event")
@@ -248,23 +251,24 @@ class RdpAccountant:
         self._curve(step_event, tuple(self._orders))  # unsupported events raise here
         # the charge after the longest run serves every listed count (a smaller delta: valid, looser)
         charge = sum(times(e.count, event_delta_charge(e.event, self.relation)) for e in base_entries) + \
-            times(steps.max() if len(steps) else 0, event_delta_charge(step_event, self.relation))
+            times(counts.max() if len(counts) else 0, event_delta_charge(step_event, self.relation))
         delta = less_charge(delta, charge)
         if delta <= 0.0:
-            return np.full(len(steps), np.inf)
+            return np.full(len(counts), np.inf)
         orders = np.unique(np.concatenate([self._orders, self._checkpoint_orders(
-            base_entries, step_event, steps, delta, checkpoints)]))
+            base_entries, step_event, counts, delta, checkpoints)]))
         base = self._rdp_of(base_entries, orders)
         step = self._curve(step_event, tuple(orders))
-        out = np.empty(len(steps))
-        for start in range(0, len(steps), 2048):  # bounded memory: 2048 x len(orders) at a time
-            chunk = steps[start:start + 2048]
+        out = np.empty(len(counts))
+        for start in range(0, len(counts), 2048):  # bounded memory: 2048 x len(orders) at a time
+            chunk = counts[start:start + 2048]
             with np.errstate(invalid="ignore"):
                 rdp = base[None, :] + np.where(chunk[:, None] == 0, 0.0, chunk[:, None] * step[None, :])
             out[start:start + 2048] = epsilon_from_rdp_rows(orders, rdp, delta, self.conversion)
         return out
 
-    def _checkpoint_orders(self, base_entries, step_event, steps, delta, checkpoints) -> np.ndarray:
+    def _checkpoint_orders(self, base_entries: Sequence[LedgerEntry], step_event: ev.Event, steps: FloatArray,
+                           delta: float, checkpoints: int) -> FloatArray:
         """Continuously optimal orders at a few log-spaced step counts (for ``trajectory``)."""
         positive = np.unique(steps[steps > 0])
         if len(positive) == 0 or checkpoints < 1:
@@ -277,7 +281,7 @@ class RdpAccountant:
         step_grid = self._curve(step_event, tuple(self._orders))
         found = []
         for t in positive[picks]:
-            def objective(alpha: float, t=t) -> float:
+            def objective(alpha: float, t: float = t) -> float:
                 a = np.array([alpha])
                 r = self._rdp_of(base_entries, a) + times(t, self._curve(step_event, (alpha,)))
                 return epsilon_from_rdp(a, r, delta, self.conversion)[0]
@@ -289,7 +293,7 @@ class RdpAccountant:
 
 
 @functools.lru_cache(maxsize=4096)
-def _cached_curve(event: ev.Event, relation: str, orders: tuple) -> np.ndarray:
+def _cached_curve(event: ev.Event, relation: str, orders: Tuple[float, ...]) -> FloatArray:
     curve = event_rdp(event, np.asarray(orders, dtype=np.float64), relation)
     curve.setflags(write=False)
     return curve

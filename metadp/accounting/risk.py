@@ -35,15 +35,19 @@ Three routes, best first:
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from metadp.accounting._pld_bounds import profile_upper
 from metadp.accounting._pld_gaussian import gaussian_mu
+from metadp.accounting._pld_lattice import LiveItem, PairItem
 from metadp.accounting._pld_tpr import tpr_lower
-from metadp.accounting.pld import _attained
+from metadp.accounting.pld import PldAccountant, _attained
+from metadp.accounting.registry import Accountant
+from metadp.core._typing import FloatArray
 
 __all__ = ["FPRS", "AttackRisk", "tpr_from_profile", "attack_risk", "gaussian_tpr", "bracket"]
 
@@ -78,7 +82,7 @@ class AttackRisk:
     tpr_lower: Optional[Tuple[float, ...]] = None
     advantage_lower: Optional[float] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"bound": "upper", "of": "the best membership test's TPR at each FPR, and its advantage",
                 "fpr": list(self.fpr), "tpr": list(self.tpr), "advantage": self.advantage, "method": self.method,
                 "mu": self.mu, "tpr_lower": None if self.tpr_lower is None else list(self.tpr_lower),
@@ -86,18 +90,18 @@ class AttackRisk:
                 "lower_of": "the best test against named neighbouring datasets (the attack does at least this well)"}
 
 
-def gaussian_tpr(mu: float, fpr) -> np.ndarray:
+def gaussian_tpr(mu: float, fpr: ArrayLike) -> FloatArray:
     """Phi(Phi^-1(fpr) + mu): the best test's TPR against mu-GDP (no margin)."""
-    return special.ndtr(special.ndtri(np.asarray(fpr, dtype=np.float64)) + mu)
+    return cast(FloatArray, special.ndtr(special.ndtri(np.asarray(fpr, dtype=np.float64)) + mu))
 
 
-def tpr_from_profile(fpr: float, epsilons: np.ndarray, deltas: np.ndarray,
-                     refine: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> float:
+def tpr_from_profile(fpr: float, epsilons: ArrayLike, deltas: ArrayLike,
+                     refine: Optional[Callable[[FloatArray], FloatArray]] = None) -> float:
     """The smallest of e^eps fpr + delta and 1 - e^-eps (1 - fpr - delta) over the (eps, delta) given, each an
     upper bound on the profile; ``refine`` (eps -> certified deltas) is asked for a finer grid around the best."""
     eps, delta = np.asarray(epsilons, dtype=np.float64), np.asarray(deltas, dtype=np.float64)
 
-    def best(e, d):
+    def best(e: FloatArray, d: FloatArray) -> Tuple[float, int]:
         with np.errstate(over="ignore"):
             bounds = np.minimum(np.exp(e) * fpr + d, 1.0 - np.exp(-e) * (1.0 - fpr - d))
         i = int(np.argmin(bounds))
@@ -111,14 +115,14 @@ def tpr_from_profile(fpr: float, epsilons: np.ndarray, deltas: np.ndarray,
     return min(1.0, max(value * _UP, fpr))  # the float arithmetic of e^eps fpr + delta, rounded upward
 
 
-def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) -> AttackRisk:
+def attack_risk(accountant: Accountant, fprs: Sequence[float] = FPRS, lower: bool = True) -> AttackRisk:
     """The certified attack risk of what ``accountant`` (a ``PldAccountant`` or ``RdpAccountant``) has composed;
     ``lower=False`` gives no lower ends (a calibration needs the upper end only; a claim whose lower end is not the
     mechanism's has none)."""
     fprs = tuple(float(a) for a in fprs)
     if any(not 0.0 < a < 1.0 for a in fprs):
         raise ValueError(f"each FPR must be in (0, 1), got {fprs}")
-    items = getattr(accountant, "_items", None)
+    items: Optional[List[PairItem]] = getattr(accountant, "_items", None)  # a PLD accountant's
     if items is not None and any(pairs is None for pairs, _ in items):
         return AttackRisk(fprs, tuple(1.0 for _ in fprs), 1.0, "not private")
     if items is not None and not items:
@@ -136,15 +140,16 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
     if items is not None:  # an overflow or invalid operation raises (as in the accountant's own bounds): the
         # profile cannot be certified at this scale, and the caller turns to RDP (metadp.plan_risk)
         with np.errstate(over="raise", invalid="raise"):
-            reader = profile_upper(items, 1e-3 * min(fprs), accountant.max_fft_size, accountant.max_memory)
+            pld = cast(PldAccountant, accountant)  # (it has items)
+            reader = profile_upper(cast(List[LiveItem], items), 1e-3 * min(fprs), pld.max_fft_size, pld.max_memory)
 
-        def deltas(eps):
+        def deltas(eps: FloatArray) -> FloatArray:
             with np.errstate(over="raise", invalid="raise"):
                 return reader(eps)
         # many FPRs (a curve): one denser grid read once, instead of a refinement around each FPR's best eps
         method, grid_eps = "PLD profile", (_GRID if len(fprs) <= 8 else _DENSE)
     else:  # each delta an RDP conversion: a coarser grid
-        def deltas(eps):
+        def deltas(eps: FloatArray) -> FloatArray:
             return np.array([min(1.0, float(accountant.get_delta(float(e)))) for e in eps])
         method, grid_eps = "RDP-implied (looser)", _GRID[::4]
     with np.errstate(over="raise", invalid="raise"):
@@ -153,13 +158,14 @@ def attack_risk(accountant, fprs: Sequence[float] = FPRS, lower: bool = True) ->
     advantage = min(1.0, float(grid[0]) * _UP)
     if items is None or not lower:
         return AttackRisk(fprs, tpr, advantage, method)
-    found = _lower(items, fprs, accountant)
+    found = _lower(items, fprs, cast(PldAccountant, accountant))
     if found is None:
         return AttackRisk(fprs, tpr, advantage, method)
     return AttackRisk(fprs, tpr, advantage, method, None, *bracket(found[0], found[1], tpr, advantage))
 
 
-def bracket(tpr_lower, advantage_lower, tpr, advantage) -> Tuple[Tuple[float, ...], float]:
+def bracket(tpr_lower: Sequence[float], advantage_lower: float, tpr: Sequence[float],
+            advantage: float) -> Tuple[Tuple[float, ...], float]:
     """The lower ends clamped to the upper ones. The two ends come from different computations, each certified, so a
     lower end can exceed its upper end only by the float rounding of both (1e-9 relative here); beyond that one of
     them is wrong, and ArithmeticError says so (callers then give no certificate rather than a crossed bracket)."""
@@ -169,13 +175,14 @@ def bracket(tpr_lower, advantage_lower, tpr, advantage) -> Tuple[Tuple[float, ..
     return tuple(min(lo, up) for lo, up in zip(tpr_lower, tpr)), min(advantage_lower, advantage)
 
 
-def _lower(items, fprs, accountant):
+def _lower(items: Sequence[PairItem], fprs: Sequence[float],
+           accountant: PldAccountant) -> Optional[Tuple[Tuple[float, ...], float]]:
     """(TPR lower bounds, advantage lower bound) from the PLD lower lattice, on the pairs named datasets attain
     (``_pld_tpr``), or None where no one pair of datasets attains the composition."""
     named = [_attained(pairs) for pairs, _ in items]
     if len({a.datasets for a in named if a is not None}) > 1:
         return None
-    lower_items = [(pairs if a is None else a.pairs, c) for a, (pairs, c) in zip(named, items)]
+    lower_items = cast(List[LiveItem], [(pairs if a is None else a.pairs, c) for a, (pairs, c) in zip(named, items)])
     slack = sum(c * a.slack for a, (_, c) in zip(named, items) if a is not None)
     try:  # as the upper end: an overflow or invalid operation is no certificate (then no lower end, said as None)
         with np.errstate(over="raise", invalid="raise"):

@@ -82,7 +82,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Tuple
+from typing import Tuple, cast
 
 import numpy as np
 from scipy import special, stats
@@ -143,7 +143,7 @@ def _rdp_order_a(z: float, t: int, orders: np.ndarray) -> np.ndarray:
         if n:
             power = _log_series_mul(power, power)
     a = orders.astype(int)
-    log_moment = special.gammaln(a + 1.0) + result[a] - a * math.log(t)
+    log_moment = special.gammaln(a + 1.0) + cast(np.ndarray, result)[a] - a * math.log(t)  # t >= 1: set
     # float error: each log-sum-exp is accurate to a few ulps of its largest term (|term| <= a log t + a^2/z^2),
     # over 2 log2(t) products; 1e-12 of that magnitude per product covers it with a wide margin
     error = 1e-12 * (2 * math.log2(t) + 2) * (a * math.log(t) + a * a / (2 * z * z) + 1.0)

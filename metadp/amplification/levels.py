@@ -10,7 +10,7 @@ import itertools
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union, cast
 
 from metadp.core.validation import check_count
 
@@ -59,7 +59,7 @@ class Level:
     draw: str
     size: Optional[int] = None
     rate: Optional[Fraction] = None
-    units: Units = None
+    units: Units = None  # type: ignore[assignment]  # required: None (the default) is refused by name
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -83,7 +83,8 @@ class Level:
 
     def factor(self, children: int) -> Fraction:
         """The probability that a given child of a selected parent with ``children`` children is selected."""
-        return Fraction(self.size, children) if self.draw == "fixed" else self.rate
+        # a fixed draw has a size, a Poisson one a rate (checked at construction)
+        return Fraction(cast(int, self.size), children) if self.draw == "fixed" else cast(Fraction, self.rate)
 
 
 def _check_units(units) -> Units:
@@ -148,7 +149,7 @@ class Hierarchy:
         for j in reversed(range(len(self.levels))):
             units, starts = self.levels[j].units, self.child_starts(j)
             if starts is None:
-                index, local = divmod(index, units)
+                index, local = divmod(index, cast(int, units))  # one count for every parent
             else:
                 parent = bisect.bisect_right(starts, index) - 1
                 index, local = parent, index - starts[parent]
@@ -162,8 +163,8 @@ class Hierarchy:
         index = 0
         for j, local in enumerate(path):
             starts, units = self.child_starts(j), self.levels[j].units
-            children = units if starts is None else units[index]
+            children = units if isinstance(units, int) else units[index]  # starts is None for an int
             if isinstance(local, bool) or not isinstance(local, int) or not 0 <= local < children:
                 raise ValueError(f"path[{j}] must be an integer in [0, {children - 1}], got {local!r}")
-            index = index * self.levels[j].units + local if starts is None else starts[index] + local
+            index = index * children + local if starts is None else starts[index] + local
         return index

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -51,13 +51,14 @@ Run = Tuple[Fraction, int, int]  # (selection probability, number of consecutive
 
 def _blocks(runs: List[Run], level: Level, starts) -> Iterator[Tuple[Fraction, int, int, int]]:
     """(parent probability, parents, children per parent, first child) over the parents, in order."""
-    if starts is None:
+    units = level.units
+    if isinstance(units, int):  # starts is None: one count for every parent
         for prob, count, first in runs:
-            yield prob, count, level.units, first * level.units
+            yield prob, count, units, first * units
         return
     for prob, count, first in runs:
         for parent in range(first, first + count):
-            yield prob, 1, level.units[parent], starts[parent]
+            yield prob, 1, units[parent], starts[parent]
 
 
 def _walk(hierarchy: Hierarchy) -> Tuple[List[Run], List[Tuple[Fraction, Fraction]]]:
@@ -226,6 +227,7 @@ def multistage_amplification(hierarchy: Hierarchy) -> MultistageBound:
     relation = "substitute" if hierarchy.levels[-1].draw == "fixed" else "add_remove"
     factors = _path_factors(hierarchy, path)
     unit_probability, unit_rate = math.prod(factors[:-1], start=Fraction(1)), factors[-1]
+    pairs: Tuple[Tuple[Fraction, Fraction], ...]
     if all(level.draw == "fixed" and level.size == 1 for level in hierarchy.levels):
         pairs, method = ((eta, eta),), "single-element"
     else:
@@ -238,9 +240,10 @@ def _path_factors(hierarchy: Hierarchy, path: Tuple[int, ...]) -> List[Fraction]
     """The selection probability of each unit on ``path`` given its parent, level by level."""
     factors, index = [], 0
     for j, (level, local) in enumerate(zip(hierarchy.levels, path)):
-        factors.append(level.factor(level.units if isinstance(level.units, int) else level.units[index]))
+        children = level.units if isinstance(level.units, int) else level.units[index]
+        factors.append(level.factor(children))
         starts = hierarchy.child_starts(j)
-        index = index * level.units + local if starts is None else starts[index] + local
+        index = index * children + local if starts is None else starts[index] + local
     return factors
 
 
@@ -289,7 +292,7 @@ def simulate_inclusion(hierarchy: Hierarchy, n_draws: int, rng: np.random.Genera
                 chosen = np.empty_like(selected, shape=(rows, len(parent_of)))
                 np.put_along_axis(chosen, order, np.broadcast_to(local < level.size, order.shape), axis=1)
             else:
-                chosen = rng.random((rows, len(parent_of))) < float(level.rate)
+                chosen = rng.random((rows, len(parent_of))) < float(cast(Fraction, level.rate))  # Poisson: a rate
             selected = selected[:, parent_of] & chosen
         hits += int(np.count_nonzero(selected[:, element]))
     return hits / n_draws

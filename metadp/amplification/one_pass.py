@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 from scipy import optimize, special
@@ -292,8 +292,8 @@ def random_allocation_epsilon(z: float, T: int, delta: float, n_samples: int = 2
     n_pilot = check_count("n_pilot", max(n_samples // 4, 1000) if n_pilot is None else n_pilot, minimum=2)
     eps_gauss = gaussian_epsilon(z, delta)
     eps_proxy = float(proxy(z, T, delta)) if proxy is not None else math.nan
-    result = dict(delta=delta, confidence=confidence, gaussian_epsilon=eps_gauss,
-                  poisson_proxy_epsilon=eps_proxy, n_pilot=n_pilot, n_samples=n_samples)
+    result: Dict[str, Any] = dict(delta=delta, confidence=confidence, gaussian_epsilon=eps_gauss,
+                                  poisson_proxy_epsilon=eps_proxy, n_pilot=n_pilot, n_samples=n_samples)
     if T == 1 or eps_gauss == 0.0:
         return AllocationEpsilon(epsilon=eps_gauss, method="gaussian", delta_upper=math.nan,
                                  notes=("exact: the pass is a single Gaussian mechanism",), **result)

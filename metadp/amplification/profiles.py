@@ -267,7 +267,8 @@ def epsilon_for_delta(profile: Profile, delta: float, *, tolerance: float = 1e-1
     tolerance = check_positive("tolerance", tolerance)
 
     def value(eps: float) -> float:
-        return float(np.asarray(profile(np.float64(eps)), dtype=np.float64))
+        # a profile is elementwise: a float64 scalar goes through as a 0-d array would
+        return float(np.asarray(profile(np.float64(eps)), dtype=np.float64))  # type: ignore[arg-type]
 
     if value(0.0) <= delta:
         return 0.0

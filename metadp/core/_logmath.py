@@ -10,9 +10,13 @@ float64 (an array, or a float for scalar input), and is tested against mpmath at
 from __future__ import annotations
 
 import math
+from typing import Optional, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
+
+from metadp.core._typing import FloatArray, FloatOrArray
 
 __all__ = [
     "log_add",
@@ -30,35 +34,41 @@ __all__ = [
 _LOG2 = float(np.log(2.0))
 
 
-def _out(x: np.ndarray):
+def _out(x: FloatArray) -> FloatOrArray:
     """Returns a Python float for 0-d results, the array otherwise."""
     return float(x) if np.ndim(x) == 0 else x
 
 
-def log_add(a, b):
+@overload
+def log_add(a: float, b: float) -> float: ...
+@overload
+def log_add(a: ArrayLike, b: ArrayLike) -> FloatOrArray: ...
+def log_add(a: ArrayLike, b: ArrayLike) -> FloatOrArray:
     """log(e^a + e^b), exact for -inf operands."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    return _out(np.logaddexp(a, b))
+    return _out(np.logaddexp(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
 
 
-def log_sub(a, b):
+@overload
+def log_sub(a: float, b: float) -> float: ...
+@overload
+def log_sub(a: ArrayLike, b: ArrayLike) -> FloatOrArray: ...
+def log_sub(a: ArrayLike, b: ArrayLike) -> FloatOrArray:
     """log(e^a - e^b) for a >= b; -inf when a == b.
 
     Raises:
         ValueError: if any a < b (the difference would be negative).
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    if np.any(a < b):
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if np.any(x < y):
         raise ValueError("log_sub(a, b) needs a >= b: the difference e^a - e^b must be >= 0")
     with np.errstate(invalid="ignore", divide="ignore"):
         # log(e^a - e^b) = a + log(1 - e^(b - a)); b - a is in [-inf, 0].
-        result = np.where(np.isneginf(b), a, a + log1mexp(np.minimum(b - a, 0.0)))
-    return _out(np.where(a == b, -np.inf, result))
+        result = np.where(np.isneginf(y), x, x + log1mexp(np.minimum(y - x, 0.0)))
+    return _out(np.where(x == y, -np.inf, result))
 
 
-def log_sum_exp(log_terms) -> float:
+def log_sum_exp(log_terms: ArrayLike) -> float:
     """log(sum(exp(log_terms))) of a 1-D array: the largest term plus the log of the scaled sum, as
     ``scipy.special.logsumexp`` computes it, without its array-API dispatch (~100 us a call; the RDP
     curves call this thousands of times a plan). -inf for no terms or all -inf; +inf if any is +inf."""
@@ -71,7 +81,8 @@ def log_sum_exp(log_terms) -> float:
     return top + math.log(float(np.sum(np.exp(x - top))))
 
 
-def log_sum_exp_signed(log_abs, signs, axis=None):
+def log_sum_exp_signed(log_abs: ArrayLike, signs: ArrayLike,
+                       axis: Optional[int] = None) -> tuple[FloatOrArray, FloatOrArray]:
     """log|sum_i s_i e^{x_i}| and the sign of the sum.
 
     Args:
@@ -96,19 +107,23 @@ def log_sum_exp_signed(log_abs, signs, axis=None):
     return _out(np.squeeze(log_total, axis=axis)), _out(np.squeeze(sign, axis=axis))
 
 
-def log_comb(n, k):
+@overload
+def log_comb(n: float, k: float) -> float: ...
+@overload
+def log_comb(n: ArrayLike, k: ArrayLike) -> FloatOrArray: ...
+def log_comb(n: ArrayLike, k: ArrayLike) -> FloatOrArray:
     """log C(n, k) = log Gamma(n+1) - log Gamma(k+1) - log Gamma(n-k+1) for real n >= k >= 0.
 
     With m = min(k, n-k) and a = n - m + 1, the large difference log Gamma(a + m) - log Gamma(a) is
     formed from Stirling's series so that nothing large cancels (gammaln or betaln differences lose
     ~1e-12 absolute at n = 1e4). Exact 0 at k = 0 and k = n.
     """
-    n = np.asarray(n, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    if np.any(k < 0) or np.any(n < k) or np.any(np.isnan(n)) or np.any(np.isnan(k)):
+    nn = np.asarray(n, dtype=np.float64)
+    kk = np.asarray(k, dtype=np.float64)
+    if np.any(kk < 0) or np.any(nn < kk) or np.any(np.isnan(nn)) or np.any(np.isnan(kk)):
         raise ValueError("log_comb(n, k) needs real n >= k >= 0")
-    m = np.minimum(k, n - k)
-    a = n - m + 1.0
+    m = np.minimum(kk, nn - kk)
+    a = nn - m + 1.0
     big = a >= 10.0
     ab = np.where(big, a, 10.0)  # keeps the unused branch finite
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -118,19 +133,27 @@ def log_comb(n, k):
     return _out(np.where(m == 0, 0.0, diff - special.gammaln(m + 1.0)))
 
 
-def _stirling_tail(x):
+def _stirling_tail(x: FloatArray) -> FloatArray:
     """log Gamma(x) - [(x - 1/2) log x - x + log(2 pi)/2] for x >= 10 (error < 1e-17)."""
     inv = 1.0 / x
     inv2 = inv * inv
     return inv * (1.0 / 12 - inv2 * (1.0 / 360 - inv2 * (1.0 / 1260 - inv2 * (1.0 / 1680 - inv2 / 1188))))
 
 
-def log_ndtr(x):
+@overload
+def log_ndtr(x: float) -> float: ...
+@overload
+def log_ndtr(x: ArrayLike) -> FloatOrArray: ...
+def log_ndtr(x: ArrayLike) -> FloatOrArray:
     """log Phi(x), the log of the standard normal CDF, accurate in both tails."""
     return _out(special.log_ndtr(np.asarray(x, dtype=np.float64)))
 
 
-def log_erfc(x):
+@overload
+def log_erfc(x: float) -> float: ...
+@overload
+def log_erfc(x: ArrayLike) -> FloatOrArray: ...
+def log_erfc(x: ArrayLike) -> FloatOrArray:
     """log erfc(x), accurate for large positive x (where erfc underflows) via the scaled erfcx."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(divide="ignore", over="ignore"):
@@ -140,7 +163,11 @@ def log_erfc(x):
     return _out(np.where(x > 0, positive, negative))
 
 
-def log_expm1(x):
+@overload
+def log_expm1(x: float) -> float: ...
+@overload
+def log_expm1(x: ArrayLike) -> FloatOrArray: ...
+def log_expm1(x: ArrayLike) -> FloatOrArray:
     """log(e^x - 1) for x > 0, without overflow for large x or cancellation for tiny x."""
     x = np.asarray(x, dtype=np.float64)
     if np.any(x < 0):
@@ -152,7 +179,11 @@ def log_expm1(x):
     return _out(np.where(x > 50.0, large, small))
 
 
-def log1mexp(x):
+@overload
+def log1mexp(x: float) -> float: ...
+@overload
+def log1mexp(x: ArrayLike) -> FloatOrArray: ...
+def log1mexp(x: ArrayLike) -> FloatOrArray:
     """log(1 - e^x) for x <= 0 (Maechler 2012: switch at x = -log 2)."""
     x = np.asarray(x, dtype=np.float64)
     if np.any(x > 0):
@@ -163,7 +194,8 @@ def log1mexp(x):
     return _out(np.where(x > -_LOG2, near_zero, far))
 
 
-def log_binomial_series_remainder(x, log_abs_x, alpha: float, terms: int = 56):
+def log_binomial_series_remainder(x: ArrayLike, log_abs_x: ArrayLike, alpha: float,
+                                  terms: int = 56) -> FloatArray:
     """log of sum_{i>=2} C(alpha, i) x^i = (1+x)^alpha - 1 - alpha x, by its series.
 
     For |x| <= 1/(2 max(|alpha|, 1)) consecutive terms shrink by at least half, so ``terms`` = 56
@@ -175,8 +207,9 @@ def log_binomial_series_remainder(x, log_abs_x, alpha: float, terms: int = 56):
     for j in range(terms):
         coef[j] = c
         c *= (alpha - 2.0 - j) / (3.0 + j)
-    poly = np.zeros_like(np.asarray(x, dtype=np.float64))
+    xs = np.asarray(x, dtype=np.float64)
+    poly = np.zeros_like(xs)
     for c in coef[::-1]:
-        poly = poly * x + c
+        poly = poly * xs + c
     with np.errstate(divide="ignore", invalid="ignore"):
         return 2.0 * np.asarray(log_abs_x) + np.log(poly)

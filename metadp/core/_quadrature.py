@@ -8,8 +8,16 @@ none does. Accuracy is tested against mpmath quadrature in ``tests/accounting/te
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
+
+from metadp.core._typing import FloatArray
+
+LogIntegrand = Callable[[FloatArray], FloatArray]
+"""log f(z), vectorised over an array of points z."""
 
 # Kronrod 15-point nodes on [-1, 1] (abscissae of K15; the odd-indexed ones are the G7 nodes).
 _XK = np.array([
@@ -34,7 +42,7 @@ _W7 = np.zeros(15)
 _W7[[1, 3, 5, 7, 9, 11, 13]] = np.concatenate([_WG[:3], [_WG[3]], _WG[:3][::-1]])
 
 
-def _panel_estimates(log_f, a: np.ndarray, b: np.ndarray):
+def _panel_estimates(log_f: LogIntegrand, a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Log of the K15 estimate and of its error estimate for each panel [a_i, b_i].
 
     The error estimate is QUADPACK's (Piessens et al. 1983, QK15): |K15 - G7| scaled by
@@ -63,7 +71,8 @@ def _panel_estimates(log_f, a: np.ndarray, b: np.ndarray):
     return log_k, log_err
 
 
-def integrate_log(log_f, edges, *, rtol: float = 1e-15, max_panels: int = 200_000) -> float:
+def integrate_log(log_f: LogIntegrand, edges: ArrayLike, *, rtol: float = 1e-15,
+                  max_panels: int = 200_000) -> float:
     """log of the integral of exp(log_f) over [edges[0], edges[-1]].
 
     Args:
@@ -79,9 +88,9 @@ def integrate_log(log_f, edges, *, rtol: float = 1e-15, max_panels: int = 200_00
     Raises:
         ArithmeticError: if the error target is not met within max_panels (never silently wrong).
     """
-    edges = np.asarray(edges, dtype=np.float64)
-    a, b = edges[:-1], edges[1:]
-    accepted = []
+    edge_array = np.asarray(edges, dtype=np.float64)
+    a, b = edge_array[:-1], edge_array[1:]
+    accepted: list[FloatArray] = []
     n_panels = len(a)
     while True:
         log_k, log_err = _panel_estimates(log_f, a, b)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from metadp.core._typing import FloatArray
 from metadp.core.validation import check_delta, check_real
 
 __all__ = ["CONVERSIONS", "epsilon_from_rdp", "epsilon_from_rdp_rows", "delta_from_rdp"]
@@ -27,7 +29,7 @@ __all__ = ["CONVERSIONS", "epsilon_from_rdp", "epsilon_from_rdp_rows", "delta_fr
 CONVERSIONS = ("cks", "classic")
 
 
-def _check(orders, rdp, method):
+def _check(orders: ArrayLike, rdp: ArrayLike, method: str) -> tuple[FloatArray, FloatArray]:
     if method not in CONVERSIONS:
         raise ValueError(f"conversion must be one of {CONVERSIONS}, got {method!r}")
     orders = np.atleast_1d(np.asarray(orders, dtype=np.float64))
@@ -41,7 +43,7 @@ def _check(orders, rdp, method):
     return orders, rdp
 
 
-def epsilon_from_rdp(orders, rdp, delta: float, method: str = "cks"):
+def epsilon_from_rdp(orders: ArrayLike, rdp: ArrayLike, delta: float, method: str = "cks") -> tuple[float, float]:
     """Smallest certified epsilon over the given orders.
 
     Args:
@@ -63,7 +65,7 @@ def epsilon_from_rdp(orders, rdp, delta: float, method: str = "cks"):
     return max(0.0, float(eps[i])), float(orders[i])
 
 
-def epsilon_from_rdp_rows(orders, rdp_rows, delta: float, method: str = "cks") -> np.ndarray:
+def epsilon_from_rdp_rows(orders: ArrayLike, rdp_rows: ArrayLike, delta: float, method: str = "cks") -> FloatArray:
     """``epsilon_from_rdp`` for each row of a (rows, orders) matrix of RDP curves, vectorised."""
     delta = check_delta("delta", delta)
     rdp_rows = np.atleast_2d(np.asarray(rdp_rows, dtype=np.float64))
@@ -77,7 +79,7 @@ def epsilon_from_rdp_rows(orders, rdp_rows, delta: float, method: str = "cks") -
     return np.where(tv_ok, 0.0, np.maximum(eps, 0.0))
 
 
-def _tv_delta(rdp):
+def _tv_delta(rdp: ArrayLike) -> FloatArray:
     """Total-variation bound sqrt(1 - e^{-rdp}) >= TV (Bretagnolle-Huber; KL <= D_alpha), rounded up.
 
     The factor 1 + 8 eps covers the rounding of expm1 and sqrt, so the float is never below the
@@ -87,7 +89,7 @@ def _tv_delta(rdp):
         return np.minimum(1.0, np.sqrt(-np.expm1(-np.asarray(rdp, dtype=np.float64))) * (1.0 + 8 * np.finfo(float).eps))
 
 
-def _epsilon_per_order(orders, rdp, delta, method):
+def _epsilon_per_order(orders: FloatArray, rdp: FloatArray, delta: float, method: str) -> FloatArray:
     """The conversion's epsilon at every order (vectorised, inf where rdp is inf)."""
     a = np.where(np.isfinite(orders), orders, 2.0)
     with np.errstate(invalid="ignore"):
@@ -100,7 +102,8 @@ def _epsilon_per_order(orders, rdp, delta, method):
     return np.where(np.isnan(eps), np.inf, eps)
 
 
-def delta_from_rdp(orders, rdp, epsilon: float, method: str = "cks", total_variation: bool = True):
+def delta_from_rdp(orders: ArrayLike, rdp: ArrayLike, epsilon: float, method: str = "cks",
+                   total_variation: bool = True) -> tuple[float, float]:
     """Smallest certified delta for a given epsilon over the given orders.
 
     ``total_variation=False`` leaves out the total-variation bound (used when refining the order).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Tuple
 
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
 
@@ -48,6 +48,9 @@ MAX_COUNT = 2**53
 
 class Event:
     """Base class of all privacy events (frozen dataclasses)."""
+
+    if TYPE_CHECKING:  # every event class is a dataclass: dataclasses.fields() reads any event
+        __dataclass_fields__: ClassVar[Dict[str, dataclasses.Field[Any]]]
 
     def describe(self) -> str:
         """A one-line human-readable description."""
@@ -80,7 +83,7 @@ class Gaussian(Event):
 
     noise_multiplier: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(
             self, "noise_multiplier", check_positive("noise_multiplier", self.noise_multiplier, allow_inf=True)
         )
@@ -96,7 +99,7 @@ class Laplace(Event):
 
     scale: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive("scale", self.scale, allow_inf=True))
 
     def describe(self) -> str:
@@ -121,7 +124,7 @@ def nesting_depth(event: "Event") -> int:
     return deepest
 
 
-def _check_inner(name: str, inner) -> None:
+def _check_inner(name: str, inner: object) -> None:
     if not isinstance(inner, Event):
         raise ValueError(f"{name} must be an Event, got {type(inner).__name__}")
     if nesting_depth(inner) >= MAX_DEPTH:
@@ -139,7 +142,7 @@ class PoissonSampled(Event):
     rate: float
     inner: Event
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "rate", check_probability("rate", self.rate))
         _check_inner("inner", self.inner)
 
@@ -162,7 +165,7 @@ class FixedSizeSampled(Event):
     inner: Event
     sensitivity_factor: float = 2.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         population = check_count("population", self.population, minimum=1, maximum=MAX_COUNT)
         batch = check_count("batch", self.batch, minimum=0)
         if batch > population:
@@ -201,7 +204,7 @@ class ReplacementSampled(Event):
     population: int
     inner: Event
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "population", check_count("population", self.population, minimum=1,
                                                            maximum=MAX_COUNT))
         object.__setattr__(self, "draws", check_count("draws", self.draws, minimum=0, maximum=MAX_COUNT))
@@ -224,7 +227,7 @@ class SelfComposed(Event):
     inner: Event
     count: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_inner("inner", self.inner)
         object.__setattr__(self, "count", check_count("count", self.count, minimum=0, maximum=MAX_COUNT))
 
@@ -238,7 +241,7 @@ class Composed(Event):
 
     events: Tuple[Event, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         events = tuple(self.events)
         for i, e in enumerate(events):
             _check_inner(f"events[{i}]", e)
@@ -265,10 +268,10 @@ class EpisodicSampled(Event):
     episodes: int
     unit_rate: float
     within_rate: float
-    inner: Event
+    inner: Gaussian  # checked at construction
     shift: float = 2.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "episodes", check_count("episodes", self.episodes, minimum=1, maximum=MAX_COUNT))
         object.__setattr__(self, "unit_rate", check_probability("unit_rate", self.unit_rate))
         object.__setattr__(self, "within_rate", check_probability("within_rate", self.within_rate))
@@ -302,9 +305,9 @@ class PoolSubstitution(Event):
     """
 
     rate: float
-    inner: Event
+    inner: Gaussian  # checked at construction
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "rate", check_probability("rate", self.rate))
         _check_inner("inner", self.inner)
         if not isinstance(self.inner, Gaussian):
@@ -327,7 +330,7 @@ class Group(Event):
     size: int
     inner: Event
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "size", check_count("size", self.size, minimum=1, maximum=MAX_COUNT))
         _check_inner("inner", self.inner)
 
@@ -347,7 +350,7 @@ class RandomAllocation(Event):
     inner: Event
     selected: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "steps", check_count("steps", self.steps, minimum=1, maximum=MAX_COUNT))
         object.__setattr__(self, "selected", check_count("selected", self.selected, minimum=1, maximum=self.steps))
         _check_inner("inner", self.inner)

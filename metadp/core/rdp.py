@@ -23,9 +23,13 @@ Both are checked against 60-digit mpmath references in ``tests/accounting/test_r
 from __future__ import annotations
 
 import math
+from typing import Iterable, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize, special
+
+from metadp.core._typing import FloatArray, FloatOrArray
 
 from metadp.core.validation import check_positive, check_probability
 from metadp.core._logmath import log1mexp, log_binomial_series_remainder, log_comb, log_expm1, log_sum_exp
@@ -58,7 +62,7 @@ _MOMENT_NOISE = (0.3, 1e3)
 _WINDOW_SIGMAS = 12.0  # N(0,1) mass beyond 12 sigma is 1.8e-33: below double precision
 
 
-def orders_array(orders) -> np.ndarray:
+def orders_array(orders: ArrayLike) -> FloatArray:
     """Validates Renyi orders (each > 1, +inf allowed) and returns them as a 1-d float64 array."""
     a = np.atleast_1d(np.asarray(orders, dtype=np.float64))
     if a.ndim != 1:
@@ -69,7 +73,7 @@ def orders_array(orders) -> np.ndarray:
     return a
 
 
-def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
+def gaussian_rdp(noise_multiplier: float, orders: ArrayLike) -> FloatArray:
     """RDP of the Gaussian mechanism, exact: eps(alpha) = alpha / (2 z^2) (Mironov 2017, Prop. 7).
 
     Args:
@@ -86,7 +90,7 @@ def gaussian_rdp(noise_multiplier: float, orders) -> np.ndarray:
         return orders / (2.0 * z * z)
 
 
-def laplace_rdp(scale: float, orders) -> np.ndarray:
+def laplace_rdp(scale: float, orders: ArrayLike) -> FloatArray:
     """RDP of the Laplace mechanism with scale b (relative to L1 sensitivity 1), exact.
 
     eps(alpha) = log( alpha/(2 alpha-1) e^{(alpha-1)/b} + (alpha-1)/(2 alpha-1) e^{-alpha/b} ) / (alpha-1)
@@ -109,7 +113,7 @@ def laplace_rdp(scale: float, orders) -> np.ndarray:
     return np.where(finite, np.minimum(eps, u), u)
 
 
-def _laplace_series(a: np.ndarray, u: float) -> np.ndarray:
+def _laplace_series(a: FloatArray, u: float) -> FloatArray:
     """log(1 + f / (2a - 1)), f = a expm1((a-1)u) + (a-1) expm1(-a u) summed from n = 2."""
     f = np.zeros_like(a)
     term_a, term_b, fact = a * (a - 1), -(a - 1) * a, 1.0  # a (a-1)^n and (a-1) (-a)^n at n = 1
@@ -119,7 +123,7 @@ def _laplace_series(a: np.ndarray, u: float) -> np.ndarray:
     return np.log1p(f / (2 * a - 1))
 
 
-def poisson_gaussian_rdp(rate: float, noise_multiplier: float, orders) -> np.ndarray:
+def poisson_gaussian_rdp(rate: float, noise_multiplier: float, orders: ArrayLike) -> FloatArray:
     """RDP of the Poisson-subsampled Gaussian mechanism, add/remove relation, exact up to rounding.
 
     eps(alpha) = log(A_alpha)/(alpha-1) (Mironov, Talwar & Zhang 2019, arXiv:1908.10530, Sec. 3),
@@ -190,7 +194,7 @@ def _log_a_minus_1_binomial(q: float, sigma: float, alpha: int) -> float:
     return log_sum_exp(log_terms)
 
 
-def _log_g(x_sign: np.ndarray, log_abs_x: np.ndarray, log1p_x: np.ndarray, alpha: float) -> np.ndarray:
+def _log_g(x_sign: FloatArray, log_abs_x: FloatArray, log1p_x: FloatArray, alpha: float) -> FloatArray:
     """log g(x) with g(x) = (1+x)^alpha - 1 - alpha x >= 0, for x >= -1 given in sign/log form."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         abs_x = np.exp(log_abs_x)
@@ -217,7 +221,7 @@ def _log_a_minus_1_integral(q: float, sigma: float, alpha: float) -> float:
     log_q, log_1mq = math.log(q), math.log1p(-q)
     log_norm = -0.5 * math.log(2.0 * math.pi * s2)
 
-    def log_f(zz: np.ndarray) -> np.ndarray:
+    def log_f(zz: FloatArray) -> FloatArray:
         v = (2.0 * zz - 1.0) / (2.0 * s2)
         with np.errstate(divide="ignore"):
             log_abs_expm1_v = np.where(v > 0, log_expm1(np.abs(v)), log1mexp(-np.abs(v)))
@@ -231,23 +235,23 @@ def _log_a_minus_1_integral(q: float, sigma: float, alpha: float) -> float:
     return integrate_log(log_f, _panel_edges(centers, sigma))
 
 
-def _modes(q: float, sigma: float, alpha: float) -> list:
+def _modes(q: float, sigma: float, alpha: float) -> list[float]:
     """Stationary points of z -> -z^2/(2 s^2) + alpha log(1 - q + q L(z)): roots of z = alpha w(z)."""
     s2 = sigma * sigma
     shift = math.log(q) - math.log1p(-q)
 
-    def f(z):
-        return z - alpha * special.expit((2.0 * z - 1.0) / (2.0 * s2) + shift)
+    def f(z: FloatOrArray) -> FloatOrArray:
+        return cast(FloatOrArray, z - alpha * special.expit((2.0 * z - 1.0) / (2.0 * s2) + shift))
 
     grid = np.linspace(-1.0, alpha + 1.0, 513)
-    values = f(grid)
-    roots = []
+    values = cast(FloatArray, f(grid))
+    roots: list[float] = []
     for i in np.nonzero(np.sign(values[:-1]) != np.sign(values[1:]))[0]:
         roots.append(optimize.brentq(f, grid[i], grid[i + 1], xtol=1e-12 * max(1.0, alpha)))
     return roots
 
 
-def _panel_edges(centers, sigma: float) -> np.ndarray:
+def _panel_edges(centers: Iterable[float], sigma: float) -> FloatArray:
     """Panels of width <= min(sigma, sigma^2)/2 within 12 sigma of each center, coarser between."""
     half = _WINDOW_SIGMAS * sigma
     fine = 0.5 * min(sigma, sigma * sigma)
@@ -258,7 +262,7 @@ def _panel_edges(centers, sigma: float) -> np.ndarray:
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    edges = []
+    edges: list[float] = []
     for j, (lo, hi) in enumerate(merged):
         edges.extend(np.linspace(lo, hi, int(math.ceil((hi - lo) / fine)) + 1)[:-1])
         if j + 1 < len(merged):  # a gap: 16 panels, refined adaptively if it holds mass
@@ -267,7 +271,7 @@ def _panel_edges(centers, sigma: float) -> np.ndarray:
     return np.asarray(edges)
 
 
-def wor_gaussian_rdp(rate: float, noise_multiplier: float, orders) -> np.ndarray:
+def wor_gaussian_rdp(rate: float, noise_multiplier: float, orders: ArrayLike) -> FloatArray:
     """RDP upper bound for a Gaussian run on a fixed-size sample drawn without replacement.
 
     Wang, Balle & Kasiviswanathan 2019 (arXiv:1808.00087), Theorem 27 (their strengthening of

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple, Type, Union
 
 from metadp.core import events as ev
 
@@ -28,7 +28,7 @@ FORMAT_VERSION = 1
 
 # type name -> (class, {field: kind}); kinds: "real" (float, may be "inf"), "count" (int),
 # "event" (one nested event), "events" (a list of nested events).
-_SCHEMAS: Dict[str, tuple] = {
+_SCHEMAS: Dict[str, Tuple[Type[ev.Event], Dict[str, str]]] = {
     "NoOp": (ev.NoOp, {}),
     "NonPrivate": (ev.NonPrivate, {}),
     "Gaussian": (ev.Gaussian, {"noise_multiplier": "real"}),
@@ -83,7 +83,7 @@ def event_from_dict(d: Mapping[str, Any]) -> ev.Event:
     return _decode({k: v for k, v in d.items() if k != "version"}, "event")
 
 
-def _encode(event, where: str) -> Dict[str, Any]:
+def _encode(event: ev.Event, where: str) -> Dict[str, Any]:
     name = _NAMES.get(type(event))
     if name is None:
         raise ValueError(f"{where} must be an instance of one of the registered event classes "
@@ -105,7 +105,7 @@ def _encode(event, where: str) -> Dict[str, Any]:
     return out
 
 
-def _decode(d, where: str) -> ev.Event:
+def _decode(d: object, where: str) -> ev.Event:
     if not isinstance(d, Mapping):
         raise ValueError(f"{where} must be a dict, got {type(d).__name__}")
     name = d.get("type")
@@ -129,7 +129,7 @@ def _decode(d, where: str) -> ev.Event:
         raise ValueError(f"{where} ({name}): {err}") from None
 
 
-def _decode_value(value, kind: str, path: str):
+def _decode_value(value: object, kind: str, path: str) -> Union[float, int, ev.Event, Tuple[ev.Event, ...]]:
     if kind == "real":
         if value == "inf":
             return math.inf

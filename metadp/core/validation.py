@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional, TypeVar
+
+_V = TypeVar("_V")
 
 __all__ = [
     "lookup",
@@ -18,8 +20,8 @@ __all__ = [
 ]
 
 
-def check_real(name: str, value, *, low=-math.inf, high=math.inf, low_open=False, high_open=False,
-               allow_inf=False) -> float:
+def check_real(name: str, value: object, *, low: float = -math.inf, high: float = math.inf,
+               low_open: bool = False, high_open: bool = False, allow_inf: bool = False) -> float:
     """Returns value as a float if it is a real number in the given interval, else raises ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number, got {value!r}")
@@ -36,22 +38,22 @@ def check_real(name: str, value, *, low=-math.inf, high=math.inf, low_open=False
     return x
 
 
-def check_probability(name: str, value) -> float:
+def check_probability(name: str, value: object) -> float:
     """A probability in [0, 1] (sampling rates)."""
     return check_real(name, value, low=0.0, high=1.0)
 
 
-def check_positive(name: str, value, *, allow_inf=False) -> float:
+def check_positive(name: str, value: object, *, allow_inf: bool = False) -> float:
     """A real number > 0 (noise multipliers, scales)."""
     return check_real(name, value, low=0.0, low_open=True, allow_inf=allow_inf)
 
 
-def check_delta(name: str, value) -> float:
+def check_delta(name: str, value: object) -> float:
     """A delta strictly inside (0, 1)."""
     return check_real(name, value, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def check_count(name: str, value, *, minimum: int = 0, maximum: Optional[int] = None) -> int:
+def check_count(name: str, value: object, *, minimum: int = 0, maximum: Optional[int] = None) -> int:
     """A whole number >= minimum (steps, batch sizes), and <= maximum if given; integral floats such as
     250.0 are accepted."""
     allowed = f">= {minimum}" if maximum is None else f">= {minimum} and <= {maximum}"
@@ -69,7 +71,7 @@ def check_count(name: str, value, *, minimum: int = 0, maximum: Optional[int] = 
     return n
 
 
-def lookup(name: str, value, table: Mapping):
+def lookup(name: str, value: object, table: Mapping[Any, _V]) -> _V:
     """``table[value]``, or ValueError "<name> must be one of <keys>, got <value>" (an unknown or unhashable
     value): the registries' one lookup."""
     try:
@@ -78,7 +80,7 @@ def lookup(name: str, value, table: Mapping):
         raise ValueError(f"{name} must be one of {', '.join(map(str, table))}, got {value!r}") from None
 
 
-def _short(value) -> str:
+def _short(value: numbers.Real) -> str:
     """repr(value), with a whole number of more than 16 digits in scientific notation (1e+400 fits)."""
     digits = str(abs(value)) if isinstance(value, numbers.Integral) else ""
     if len(digits) <= 16:
@@ -86,6 +88,6 @@ def _short(value) -> str:
     return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
-def check_order(name: str, value) -> float:
+def check_order(name: str, value: object) -> float:
     """A Renyi order alpha > 1 (may be +inf)."""
     return check_real(name, value, low=1.0, low_open=True, allow_inf=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Union, cast
 
 __all__ = ["MODULE", "KEYS", "dp_event_to_dict", "dp_event_from_dict", "load_dp_event"]
 
@@ -20,15 +21,16 @@ MODULE = "dp_accounting.dp_event"
 KEYS = ("module_name", "class_name")
 
 
-def dp_event_to_dict(dp_event) -> Dict[str, Any]:
+def dp_event_to_dict(dp_event: Any) -> Dict[str, Any]:
     """The JSON-safe dict of a ``DpEvent``'s named-tuple form (``to_named_tuple()``), nested events as
     dicts, infinity as ``"inf"``. Any DpEvent class works here, also one metadp cannot convert."""
     if not hasattr(dp_event, "to_named_tuple"):
         raise ValueError(f"dp_event must be a dp-accounting DpEvent, got {type(dp_event).__name__}")
-    return _plain(dp_event.to_named_tuple(), "dp_event")
+    return cast(Dict[str, Any], _plain(dp_event.to_named_tuple(), "dp_event"))  # (a named tuple: a dict)
 
 
-def _plain(value, path: str):
+def _plain(value: Any, path: str) -> Any:
+    """``value`` as JSON values (dicts, lists, str, int, float, bool, None)."""
     if hasattr(value, "_fields") and hasattr(value, "_asdict"):
         return {key: _plain(v, f"{path}.{key}") for key, v in value._asdict().items()}
     if isinstance(value, Mapping):
@@ -48,7 +50,7 @@ def _plain(value, path: str):
     raise ValueError(f"{path} has a value of type {type(value).__name__}, which JSON cannot hold")
 
 
-def dp_event_from_dict(d: Mapping):
+def dp_event_from_dict(d: Mapping[str, Any]) -> Any:
     """The ``DpEvent`` a dict of its named-tuple form describes (the inverse of ``dp_event_to_dict``).
 
     Only classes of ``dp_accounting.dp_event`` are built (a file never names a module to import).
@@ -64,7 +66,7 @@ def dp_event_from_dict(d: Mapping):
     return _build(d, "dp_event", dp_events)
 
 
-def _build(value, path: str, dp_events):
+def _build(value: Any, path: str, dp_events: Any) -> Any:
     if isinstance(value, Mapping) and "class_name" in value:
         name, module = value.get("class_name"), value.get("module_name")
         if module != MODULE:
@@ -74,7 +76,7 @@ def _build(value, path: str, dp_events):
             newer = (" in the installed dp-accounting (it predates the class: metadp.integrations.dp_accounting."
                      "from_dp_event reads the dict without it)" if name == "RandomAllocationDpEvent" else "")
             raise ValueError(f"{path}.class_name {name!r} is not an event class of {MODULE}{newer}")
-        fields = [a.name for a in cls.__attrs_attrs__]
+        fields = [a.name for a in cast(Any, cls).__attrs_attrs__]  # (an attrs class)
         extra = [key for key in value if key not in fields and key not in KEYS]
         missing = [key for key in fields if key not in value]
         if extra or missing:
@@ -88,7 +90,7 @@ def _build(value, path: str, dp_events):
     return math.inf if value == "inf" else value
 
 
-def load_dp_event(path) -> Dict[str, Any]:
+def load_dp_event(path: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
     """Reads a dp-accounting event from a JSON file (the dict of its named-tuple form).
 
     Raises:

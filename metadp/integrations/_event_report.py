@@ -9,6 +9,7 @@ accountants that handle the event; printed, it is rounded up (a lower bound, dow
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from metadp.accounting import Event
 from metadp.accounting.certify import accountant_names, certify
@@ -21,7 +22,7 @@ _RELATIONS = ("add_remove", "substitute")
 
 
 def event_report(event: Event, delta: float, *, unit: str = "record", relation: str = "add_remove",
-                 accountant: str = "all", name: str = "event", assumptions=()) -> Report:
+                 accountant: str = "all", name: str = "event", assumptions: Sequence[str] = ()) -> Report:
     """Certifies ``event`` at ``delta`` with the named accountant (``"all"``: every one that handles it,
     the tightest reported).
 

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping, Tuple, cast
 
 from metadp.accounting import (
     Composed,
@@ -92,7 +92,7 @@ NOISE_READINGS = ("norm_bound", "replace_one_sensitivity")
 _MAX_COUNT = 2**53  # metadp's largest composition count (float64 holds every whole number up to it)
 
 # dp-accounting event classes that map to metadp events, with their fields in dp-accounting's order
-_FIELDS: Dict[str, tuple] = {
+_FIELDS: Dict[str, Tuple[str, ...]] = {
     "NoOpDpEvent": (),
     "NonPrivateDpEvent": (),
     "GaussianDpEvent": ("noise_multiplier",),
@@ -141,7 +141,7 @@ def _factor(noise_relative_to: str) -> float:
 # dp-accounting -> metadp
 
 
-def from_dp_event(dp_event, *, noise_relative_to: str = "norm_bound") -> Event:
+def from_dp_event(dp_event: Any, *, noise_relative_to: str = "norm_bound") -> Event:
     """The metadp event equivalent to a dp-accounting event (module docstring for the mapping).
 
     Args:
@@ -158,7 +158,7 @@ def from_dp_event(dp_event, *, noise_relative_to: str = "norm_bound") -> Event:
     return _from(dp_event, "dp_event", _factor(noise_relative_to))
 
 
-def _node(x, path: str) -> Mapping:
+def _node(x: Any, path: str) -> Mapping[str, Any]:
     """The field mapping of a DpEvent, its named tuple, or a dict of that form."""
     if isinstance(x, Mapping):
         return x
@@ -170,12 +170,12 @@ def _node(x, path: str) -> Mapping:
                     **{f.name: getattr(x, f.name) for f in fields}}
         x = x.to_named_tuple()
     if hasattr(x, "_fields") and hasattr(x, "_asdict") and "class_name" in x._fields:
-        return x._asdict()
+        return cast(Mapping[str, Any], x._asdict())
     raise ValueError(f"{path} must be a dp-accounting DpEvent, its named tuple or a dict of that form "
                      f"(with module_name and class_name), got {type(x).__name__}")
 
 
-def _from(x, path: str, k: float, depth: int = 1) -> Event:
+def _from(x: Any, path: str, k: float, depth: int = 1) -> Event:
     if depth > MAX_DEPTH:
         raise ValueError(f"the dp event nests more than {MAX_DEPTH} levels deep (at {path.split('.')[0]} ... "
                          f"{path.rsplit('.', 1)[-1]}); metadp accepts at most {MAX_DEPTH} (flatten it: a "
@@ -223,7 +223,7 @@ def _from(x, path: str, k: float, depth: int = 1) -> Event:
     return Composed(tuple(_from(e, f"{path}.events[{i}]", k, depth + 1) for i, e in enumerate(events)))
 
 
-def _allocation(d: Mapping, path: str, inner: Event) -> Event:
+def _allocation(d: Mapping[str, Any], path: str, inner: Event) -> Event:
     """``RandomAllocationDpEvent(event, num_steps, num_selected, num_epochs)``: each record in num_selected of the
     num_steps releases of ``event`` an epoch, epochs independent."""
     steps = int(_number(d, "num_steps", path, low=1.0, high=float(_MAX_COUNT), integer=True))
@@ -233,7 +233,7 @@ def _allocation(d: Mapping, path: str, inner: Event) -> Event:
     return one if epochs == 1 else SelfComposed(one, epochs)
 
 
-def _number(d: Mapping, field: str, path: str, *, low: float, high: float = math.inf, low_open: bool = False,
+def _number(d: Mapping[str, Any], field: str, path: str, *, low: float, high: float = math.inf, low_open: bool = False,
             allow_inf: bool = False, integer: bool = False) -> float:
     """A field's value as a float, checked against [low, high] (``"inf"`` reads as infinity)."""
     value = d[field]
@@ -269,8 +269,8 @@ def to_dp_event_dict(event: Event, *, noise_relative_to: str = "norm_bound") -> 
     return _to(event, "event", _factor(noise_relative_to), 1.0)
 
 
-def _to(event, path: str, k: float, scale: float) -> Dict[str, Any]:
-    def node(name: str, **fields) -> Dict[str, Any]:
+def _to(event: Event, path: str, k: float, scale: float) -> Dict[str, Any]:
+    def node(name: str, **fields: Any) -> Dict[str, Any]:
         return {"module_name": MODULE, "class_name": name, **fields}
 
     if type(event) is NoOp:
@@ -305,11 +305,11 @@ def _to(event, path: str, k: float, scale: float) -> Dict[str, Any]:
     raise UnsupportedDpEventError(name, path, why)
 
 
-def _json_float(x: float):
+def _json_float(x: float) -> Any:  # a number, or "inf" (strict JSON has no infinity)
     return "inf" if x == math.inf else x
 
 
-def to_dp_event(event: Event, *, noise_relative_to: str = "norm_bound"):
+def to_dp_event(event: Event, *, noise_relative_to: str = "norm_bound") -> Any:
     """The ``dp_accounting.DpEvent`` equivalent to ``event`` (needs dp-accounting installed).
 
     ``to_dp_event(from_dp_event(e, noise_relative_to=r), noise_relative_to=r) == e`` for every
@@ -321,18 +321,19 @@ def to_dp_event(event: Event, *, noise_relative_to: str = "norm_bound"):
 def default_relation(event: Event) -> str:
     """``"substitute"`` if ``event`` contains fixed-size sampling (analysed only under substitution),
     else ``"add_remove"``."""
-    stack = [event]
+    stack: List[Event] = [event]
     while stack:
         e = stack.pop()
         if isinstance(e, FixedSizeSampled):
             return "substitute"
         stack.extend(getattr(e, "events", ()))
-        if isinstance(getattr(e, "inner", None), Event):
-            stack.append(e.inner)
+        inner = getattr(e, "inner", None)
+        if isinstance(inner, Event):
+            stack.append(inner)
     return "add_remove"
 
 
-def conversion_assumptions(noise_relative_to: str, relation: str) -> tuple:
+def conversion_assumptions(noise_relative_to: str, relation: str) -> Tuple[str, ...]:
     """What a bound on a converted dp-accounting event assumes about it (printed in its report)."""
     k = _factor(noise_relative_to)
     if k == 1.0:

@@ -47,15 +47,16 @@ weight to 1; FedAvg then averages the clipped models of the replies).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, cast
 
 import numpy as np
 
 from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.certify import accountant_names, certify
-from metadp.accounting.registry import make_accountant
+from metadp.accounting.registry import Accountant, make_accountant
 from metadp.core import events as ev
 
+_MISSING: Optional[ImportError]
 try:  # an optional extra: the module imports without it, and each class says what to install
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
     from flwr.serverapp import GaussianPrivacyEvent, PrivacyConfig, PrivacySpent
@@ -63,9 +64,12 @@ try:  # an optional extra: the module imports without it, and each class says wh
     from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
     from flwr.supercore.privacy_accounting import NeighboringRelation, SamplingMethod
 except ImportError as _err:  # pragma: no cover - exercised only without flwr
-    Strategy, _MISSING = object, _err
+    Strategy, _MISSING = object, _err  # type: ignore[misc, assignment]  # (without flwr: a plain base class)
 else:
     _MISSING = None
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
 
 __all__ = ["MetadpPrivacyAccountant", "ClientSelection", "metadp_event"]
 
@@ -77,7 +81,7 @@ def _require_flwr() -> None:
         raise ImportError(f"metadp.integrations.flower needs Flower: {_INSTALL}") from _MISSING
 
 
-def _pair(config) -> Tuple["SamplingMethod", "NeighboringRelation"]:
+def _pair(config: "PrivacyConfig") -> Tuple["SamplingMethod", "NeighboringRelation"]:
     """The configuration's (sampling method, relation) as Flower's enums (a PrivacyConfig keeps strings as given)."""
     return SamplingMethod(config.sampling_method), NeighboringRelation(config.neighboring_relation)
 
@@ -131,7 +135,7 @@ class MetadpPrivacyAccountant:
     def compose(self, event: "GaussianPrivacyEvent", count: int = 1) -> None:
         self._history = self._with(event, count)
 
-    def _with(self, event, count: int) -> List[Tuple["GaussianPrivacyEvent", int]]:
+    def _with(self, event: "GaussianPrivacyEvent", count: int) -> List[Tuple["GaussianPrivacyEvent", int]]:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"count must be an integer >= 1, got {count!r}")
         if event.population_size != self._config.population_size:
@@ -145,7 +149,7 @@ class MetadpPrivacyAccountant:
             history.append((event, count))
         return history
 
-    def _certify(self, delta: float, history) -> float:
+    def _certify(self, delta: float, history: List[Tuple["GaussianPrivacyEvent", int]]) -> float:
         if not history:
             return 0.0
         if self._allocation is not None:
@@ -153,21 +157,21 @@ class MetadpPrivacyAccountant:
             return float(certify(event, delta, steps=passes, relation="add_remove", lower=False).epsilon)
         relation = metadp_event(self._config, history[0][0])[1]
         if len(history) == 1:  # one event composed T times: the question `metadp plan` asks
-            event, count = history[0]
-            return float(certify(metadp_event(self._config, event)[0], delta, steps=count, relation=relation,
+            release, count = history[0]
+            return float(certify(metadp_event(self._config, release)[0], delta, steps=count, relation=relation,
                                  lower=False).epsilon)
 
-        def composed(accountant):
+        def composed(accountant: Accountant) -> Accountant:
             for event, count in history:
                 accountant.compose(metadp_event(self._config, event)[0], count)
             return accountant
 
         return float(certify(None, delta, relation=relation, composed=composed, lower=False).epsilon)
 
-    def _passes(self, history) -> Tuple[ev.Event, int]:
+    def _passes(self, history: List[Tuple["GaussianPrivacyEvent", int]]) -> Tuple[ev.Event, int]:
         """(one pass's event, passes) of an allocated history: each client in k of each t rounds, a partial last
         pass charged in full (as ``metadp plan`` of the balls-in-bins plan charges it)."""
-        t, k = self._allocation
+        t, k = cast(Tuple[int, int], self._allocation)  # (an allocated accountant's)
         noises = {float(e.noise_multiplier) for e, _ in history}
         if len(noises) != 1:
             raise ValueError(f"an allocated run's rounds must share one noise multiplier, got {sorted(noises)}")
@@ -232,7 +236,7 @@ class MetadpPrivacyAccountant:
         self._config, self._allocation, self._history = fresh._config, fresh._allocation, fresh._history
 
 
-def _check_allocation(config, allocation) -> Tuple[int, int]:
+def _check_allocation(config: "PrivacyConfig", allocation: Any) -> Tuple[int, int]:
     method, relation = _pair(config)
     if (method, relation) != (SamplingMethod.NO_AMPLIFICATION, NeighboringRelation.ADD_OR_REMOVE_ONE):
         raise ValueError("an allocation's rounds are each a plain Gaussian release: the configuration must say "
@@ -270,8 +274,8 @@ class ClientSelection(Strategy):
         seed: the selection's generator (None: the operating system's entropy; fix it only in tests).
     """
 
-    def __init__(self, strategy, *, clients: int, population: int, scheme: str = "poisson", accountant=None,
-                 seed: Optional[int] = None, selected: int = 1):
+    def __init__(self, strategy: "DifferentialPrivacyFixedClippingBase", *, clients: int, population: int,
+                 scheme: str = "poisson", accountant: Any = None, seed: Optional[int] = None, selected: int = 1):
         _require_flwr()
         if not isinstance(strategy, DifferentialPrivacyFixedClippingBase):
             raise ValueError("strategy must be one of Flower's fixed-clipping DP wrappers "
@@ -309,7 +313,7 @@ class ClientSelection(Strategy):
         self.strategy.summary()
 
     def configure_train(self, server_round: int, arrays: "ArrayRecord", config: "ConfigRecord",
-                        grid) -> Iterable["Message"]:
+                        grid: "Grid") -> Iterable["Message"]:
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         nodes = sorted({m.metadata.dst_node_id for m in messages})
         if len(nodes) != self.population or len(messages) != self.population:
@@ -319,11 +323,11 @@ class ClientSelection(Strategy):
         if self.scheme == "poisson":
             keep = self.rng.random(len(nodes)) < self.clients / self.population
         elif self.scheme == "balls_in_bins":
-            at = len(self.rounds) % self.pass_rounds  # the round's place in its pass: a new pass draws afresh
+            rounds = cast(int, self.pass_rounds)  # (balls_in_bins: a pass's rounds)
+            at = len(self.rounds) % rounds  # the round's place in its pass: a new pass draws afresh
             if at == 0:
-                self._pass = np.stack([self.rng.choice(self.pass_rounds, size=self.selected, replace=False)
-                                       for _ in nodes])
-            keep = (self._pass == at).any(axis=1)
+                self._pass = np.stack([self.rng.choice(rounds, size=self.selected, replace=False) for _ in nodes])
+            keep = (cast(np.ndarray, self._pass) == at).any(axis=1)
         else:
             keep = np.zeros(len(nodes), dtype=bool)
             keep[self.rng.choice(len(nodes), size=self.clients, replace=False)] = True
@@ -333,19 +337,20 @@ class ClientSelection(Strategy):
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable["Message"]) -> Tuple[Optional["ArrayRecord"], Optional["MetricRecord"]]:
-        current = self.strategy.current_arrays
+        current: ArrayRecord = cast(Any, self.strategy).current_arrays  # (set by the wrapped FedAvg)
         valid = [r for r in replies if _finite_reply(r, current)]
         self.rounds[-1]["dropped"] = self.rounds[-1]["selected"] - len(valid)
         for reply in valid:  # equal weights: FedAvg's mean is then the plain mean of the clipped models
             for record in reply.content.metric_records.values():
-                record[self.strategy.strategy.weighted_by_key] = 1
+                record[cast(Any, self.strategy.strategy).weighted_by_key] = 1  # (a FedAvg's)
         dp = self.strategy
         # Flower's clip divides by the update's norm (an exactly unchanged model raises ZeroDivisionError there):
         # a zero update adds nothing to the sum, so only the moving ones go through the wrapper
         moving = [r for r in valid if _moves(r, current)]
         if moving:
             dp.num_sampled_clients = len(moving)  # its noise std zC / k on the mean of the k moving updates
-            arrays, metrics = dp.aggregate_train(server_round, moving)
+            found, metrics = dp.aggregate_train(server_round, moving)
+            arrays = cast(ArrayRecord, found)  # (the wrapper aggregates the moving updates)
             scale = len(moving) / self.clients  # (sum + N(0, (zC)^2)) / m
             out = {k: current[k].numpy() + (arrays[k].numpy() - current[k].numpy()) * scale for k in current.keys()}
         else:  # nobody answered, or every update is zero: the release is the noise alone
@@ -356,10 +361,11 @@ class ClientSelection(Strategy):
             self.accountant.compose(GaussianPrivacyEvent(dp.noise_multiplier, self.clients, self.population))
         return ArrayRecord({k: Array(np.asarray(v, dtype=current[k].numpy().dtype)) for k, v in out.items()}), metrics
 
-    def configure_evaluate(self, server_round, arrays, config, grid):
+    def configure_evaluate(self, server_round: int, arrays: "ArrayRecord", config: "ConfigRecord",
+                           grid: "Grid") -> Iterable["Message"]:
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
-    def aggregate_evaluate(self, server_round, replies):
+    def aggregate_evaluate(self, server_round: int, replies: Iterable["Message"]) -> Optional["MetricRecord"]:
         return self.strategy.aggregate_evaluate(server_round, replies)
 
 

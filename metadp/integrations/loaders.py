@@ -53,9 +53,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple, cast
 
 from metadp.plan import Plan, plan_epsilon
+from metadp.report import Report
 
 __all__ = ["LoaderScheme", "LoaderAccount", "read_loader", "loader_plan", "loader_table", "account_loader",
            "loader_steps", "poisson_samplers"]
@@ -88,7 +89,7 @@ class LoaderScheme:
     refusal: Optional[str] = None
     short_batches: bool = False  # with replacement: a last batch of fewer draws an epoch (no certified lower bound)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -98,7 +99,7 @@ class LoaderAccount:
 
     loader: LoaderScheme
     plan: Plan
-    report: object  # metadp.report.Report of the plan: assumptions, citations, warnings
+    report: Report  # the plan's report: assumptions, citations, warnings
     epsilon_lower: Optional[float]  # certified lower bound on the loader's true epsilon (None where none is known)
 
     @property
@@ -107,7 +108,7 @@ class LoaderAccount:
         return self.report.epsilon
 
 
-def poisson_samplers() -> tuple:
+def poisson_samplers() -> Tuple[type, ...]:
     """Opacus's Poisson batch samplers (empty where Opacus is not installed)."""
     try:
         from opacus.utils.uniform_sampler import (DistributedUniformWithReplacementSampler,
@@ -117,18 +118,18 @@ def poisson_samplers() -> tuple:
     return (UniformWithReplacementSampler, DistributedUniformWithReplacementSampler)
 
 
-def _size(x) -> Optional[int]:
+def _size(x: Any) -> Optional[int]:
     try:
         return len(x)
     except TypeError:
         return None
 
 
-def _refused(sampler: str, n, b, spe, why: str) -> LoaderScheme:
+def _refused(sampler: str, n: Optional[int], b: Optional[int], spe: Optional[int], why: str) -> LoaderScheme:
     return LoaderScheme(None, sampler, n, b, None, spe, why, refusal=why)
 
 
-def read_loader(data_loader) -> LoaderScheme:
+def read_loader(data_loader: Any) -> LoaderScheme:
     """What ``data_loader`` (a ``torch.utils.data.DataLoader``) does, as a sampling scheme (module docstring).
 
     Raises:
@@ -142,7 +143,7 @@ def read_loader(data_loader) -> LoaderScheme:
     batches = data_loader.batch_sampler
     poisson = poisson_samplers()
     if poisson and isinstance(batches, poisson):
-        q = float(batches.sample_rate)
+        q = float(cast(Any, batches).sample_rate)  # (an Opacus Poisson sampler)
         where = ("each rank samples its shard of the data set; every record is in one shard, so it joins each "
                  "all-reduced batch" if type(batches).__name__.startswith("Distributed") else "each record joins "
                  "each batch")
@@ -156,7 +157,8 @@ def read_loader(data_loader) -> LoaderScheme:
     return _fixed_batches(batches.sampler, batches.batch_size, batches.drop_last, n, spe, tud)
 
 
-def _fixed_batches(sampler, b: int, drop_last: bool, n: Optional[int], spe: Optional[int], tud) -> LoaderScheme:
+def _fixed_batches(sampler: Any, b: int, drop_last: bool, n: Optional[int], spe: Optional[int],
+                   tud: Any) -> LoaderScheme:
     from torch.utils.data.distributed import DistributedSampler
 
     name = type(sampler).__name__
@@ -190,7 +192,8 @@ def _fixed_batches(sampler, b: int, drop_last: bool, n: Optional[int], spe: Opti
                                      "describes this loader")
 
 
-def _shuffled(name, n, b, spe, drawn, short, what) -> LoaderScheme:
+def _shuffled(name: str, n: Optional[int], b: int, spe: Optional[int], drawn: int, short: str,
+              what: str) -> LoaderScheme:
     if drawn != n:
         return _refused(name, n, b, spe, f"{name}(num_samples={drawn}) over {n} records without replacement is not "
                                          "one shuffled pass an epoch")
@@ -199,8 +202,9 @@ def _shuffled(name, n, b, spe, drawn, short, what) -> LoaderScheme:
                         f"one batch an epoch{short}")
 
 
-def _with_replacement(name, n, b, spe, drawn, drop_last, what) -> LoaderScheme:
-    if b > n:
+def _with_replacement(name: str, n: Optional[int], b: int, spe: Optional[int], drawn: int, drop_last: bool,
+                      what: str) -> LoaderScheme:
+    if b > cast(int, n):  # (a sampler drawing from a data set of a known size)
         return _refused(name, n, b, spe, f"batches of {b} drawn with replacement from {n} records: more draws than "
                                          "records, which no plan here states (sampling.batch_size <= population)")
     short = "" if drop_last or drawn % b == 0 else (
@@ -213,7 +217,8 @@ def _with_replacement(name, n, b, spe, drawn, drop_last, what) -> LoaderScheme:
                         short_batches=bool(short))
 
 
-def _distributed(sampler, b: int, drop_last: bool, n: Optional[int], spe: Optional[int], short: str) -> LoaderScheme:
+def _distributed(sampler: Any, b: int, drop_last: bool, n: Optional[int], spe: Optional[int],
+                 short: str) -> LoaderScheme:
     name, ranks = type(sampler).__name__, int(sampler.num_replicas)
     if sampler.total_size > (n or 0):
         return _refused(name, n, b, spe, f"DistributedSampler pads {n} records to {sampler.total_size} "
@@ -237,17 +242,17 @@ def loader_steps(loader: LoaderScheme, steps: int) -> int:
     for Poisson and with replacement (each step draws afresh); for shuffle, steps spanning exactly the epochs they touch; one an epoch for ``none``."""
     if loader.scheme in ("poisson", "with_replacement") or steps == 0:
         return steps
-    epochs = math.ceil(steps / loader.steps_per_epoch)
+    epochs = math.ceil(steps / cast(int, loader.steps_per_epoch))  # (shuffle and none: a loader with a length)
     if loader.scheme == "none":
         return epochs
-    n, b = loader.population, loader.batch_size
+    n, b = cast(int, loader.population), cast(int, loader.batch_size)
     if n % b == 0 and loader.steps_per_epoch == n // b:
         return steps  # the plan's passes are the loader's epochs, step for step
     return (epochs - 1) * n // b + 1  # ceil(s b / n) = epochs: every epoch touched, charged once
 
 
-def loader_plan(data_loader, *, noise_multiplier: float, steps: Optional[int] = None, epochs: Optional[float] = None,
-                delta: float = 1e-5, name: Optional[str] = None) -> Plan:
+def loader_plan(data_loader: Any, *, noise_multiplier: float, steps: Optional[int] = None,
+                epochs: Optional[float] = None, delta: float = 1e-5, name: Optional[str] = None) -> Plan:
     """The plan of ``steps`` (or ``epochs`` x len(loader)) steps of ``data_loader`` (or a :class:`LoaderScheme`
     read from one) with Gaussian noise of ``noise_multiplier`` x the per-example clip norm on each step's sum:
     one record = one unit, add/remove (:func:`loader_table` is its plan-file table).
@@ -259,8 +264,8 @@ def loader_plan(data_loader, *, noise_multiplier: float, steps: Optional[int] = 
                                        delta=delta, name=name))
 
 
-def loader_table(data_loader, *, noise_multiplier: float, steps: Optional[int] = None, epochs: Optional[float] = None,
-                 delta: float = 1e-5, name: Optional[str] = None) -> dict:
+def loader_table(data_loader: Any, *, noise_multiplier: float, steps: Optional[int] = None,
+                 epochs: Optional[float] = None, delta: float = 1e-5, name: Optional[str] = None) -> Dict[str, Any]:
     """:func:`loader_plan`'s plan as a plan file's table (what ``metadp plan`` reads; ``plan_solve`` calibrates it)."""
     found = data_loader if isinstance(data_loader, LoaderScheme) else read_loader(data_loader)
     if found.refusal is not None:
@@ -273,10 +278,10 @@ def loader_table(data_loader, *, noise_multiplier: float, steps: Optional[int] =
     if steps is None:
         if not (isinstance(epochs, (int, float)) and 0 < epochs < math.inf) or isinstance(epochs, bool):
             raise ValueError(f"epochs must be a finite number > 0, got {epochs!r}")
-        steps = int(epochs * found.steps_per_epoch)
+        steps = int(epochs * cast(int, found.steps_per_epoch))  # (checked above)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
-    sampling = {"scheme": found.scheme, "population": found.population}
+    sampling: Dict[str, Any] = {"scheme": found.scheme, "population": found.population}
     if found.scheme == "poisson":
         sampling["rate"] = found.rate
     elif found.scheme in ("shuffle", "with_replacement"):
@@ -286,7 +291,7 @@ def loader_table(data_loader, *, noise_multiplier: float, steps: Optional[int] =
             "noise": {"mechanism": "gaussian", "multiplier": noise_multiplier}}
 
 
-def account_loader(data_loader, *, noise_multiplier: float, steps: Optional[int] = None,
+def account_loader(data_loader: Any, *, noise_multiplier: float, steps: Optional[int] = None,
                    epochs: Optional[float] = None, delta: float = 1e-5) -> LoaderAccount:
     """The certified (epsilon, delta) of a run of ``data_loader`` (:func:`loader_plan`; ``metadp plan`` of that
     plan prints the same): ``.epsilon`` the upper bound, ``.epsilon_lower`` the certified lower bound where the

@@ -37,11 +37,12 @@ import math
 import numbers
 import warnings
 from collections import OrderedDict
-from typing import Optional, Tuple
+from types import FrameType
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 from metadp.accounting import Composed, Gaussian, PoissonSampled, SelfComposed
 from metadp.accounting.calibration import calibrate_noise
-from metadp.accounting.pld import PldAccountant
+from metadp.accounting.pld import PldAccountant, PldResult
 from metadp.core.validation import check_delta
 from metadp.integrations.loaders import LoaderScheme, account_loader, loader_table, read_loader
 from metadp.plan_solve import calibrate_plan
@@ -61,7 +62,7 @@ NAME = "metadp"
 _CACHE_SIZE = 256  # distinct (history, delta) queries kept: a bisection asks ~20, training re-asks the same
 
 
-def _as_float(x) -> float:
+def _as_float(x: Any) -> float:
     """float(x), or infinity for an integer too large for a float (10**400)."""
     try:
         return float(x)
@@ -69,7 +70,10 @@ def _as_float(x) -> float:
         return math.inf
 
 
-def _check_entry(where: str, noise_multiplier, sample_rate, num_steps) -> tuple:
+_Entry = Tuple[float, float, int]  # (noise_multiplier, sample_rate, num_steps), checked
+
+
+def _check_entry(where: str, noise_multiplier: Any, sample_rate: Any, num_steps: Any) -> _Entry:
     """One history entry, checked: (float noise > 0, float rate in [0, 1], int steps >= 0)."""
     for name, value in (("noise_multiplier", noise_multiplier), ("sample_rate", sample_rate)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(_as_float(value)):
@@ -106,13 +110,14 @@ class MetadpAccountant(IAccountant):
     same number on any machine; results are cached per (history, delta).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.history = []  # [(noise_multiplier, sample_rate, num_steps)], as Opacus's accountants keep it
+        # [(noise_multiplier, sample_rate, num_steps)], as Opacus's accountants keep it (checked where read)
+        self.history: List[Tuple[Any, ...]] = []
         self.loader: Optional[LoaderScheme] = None  # what the run's loader does, once read
-        self._cache: "OrderedDict[tuple, object]" = OrderedDict()
+        self._cache: OrderedDict[Tuple[Tuple[_Entry, ...], float], Union[PldResult, LoaderBounds]] = OrderedDict()
 
-    def read_loader(self, data_loader) -> LoaderScheme:
+    def read_loader(self, data_loader: Any) -> LoaderScheme:
         """Reads what ``data_loader`` does (``metadp.integrations.loaders.read_loader``): from then on the epsilon
         is that of the plan of the loader, not the Poisson number. ``make_private`` calls it for you (below).
 
@@ -125,13 +130,13 @@ class MetadpAccountant(IAccountant):
         self.loader, self._cache = found, OrderedDict()
         return found
 
-    def get_optimizer_hook_fn(self, sample_rate: float):
+    def get_optimizer_hook_fn(self, sample_rate: float) -> Callable[..., Any]:
         """Opacus's hook (one history entry a step), and the loader read off the ``make_private`` that asks for
         it: Opacus hands an accountant ``(noise_multiplier, sample_rate)`` only, so the loader it prepared (its
         own Poisson loader, or the user's with ``poisson_sampling=False``) is read from that call's frame
         (Opacus 1.6's ``PrivacyEngine.make_private``; elsewhere a PoissonAssumptionWarning says to call
         :meth:`read_loader`)."""
-        caller = inspect.currentframe().f_back
+        caller = cast(FrameType, inspect.currentframe()).f_back
         loader = caller.f_locals.get("data_loader") if caller is not None and caller.f_code.co_name == "make_private" \
             else None
         if loader is not None:
@@ -140,7 +145,8 @@ class MetadpAccountant(IAccountant):
             warnings.warn("the metadp accountant cannot see this run's data loader: its epsilon assumes Poisson "
                           f"sampling at rate {sample_rate:.6g}; call accountant.read_loader(data_loader) to account "
                           "what the loader does", PoissonAssumptionWarning, stacklevel=2)
-        return super().get_optimizer_hook_fn(sample_rate)
+        hook: Callable[..., Any] = super().get_optimizer_hook_fn(sample_rate)  # (Opacus's, untyped)
+        return hook
 
     @classmethod
     def mechanism(cls) -> str:
@@ -149,7 +155,7 @@ class MetadpAccountant(IAccountant):
     def __len__(self) -> int:
         return len(self.history)
 
-    def step(self, *, noise_multiplier: float, sample_rate: float):
+    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
         """Records one optimizer step (merged into the last entry when its parameters are the same).
 
         Raises:
@@ -161,22 +167,22 @@ class MetadpAccountant(IAccountant):
         else:
             self.history.append((noise_multiplier, sample_rate, 1))
 
-    def _entries(self) -> tuple:
+    def _entries(self) -> Tuple[_Entry, ...]:
         if not isinstance(self.history, (list, tuple)):
             raise ValueError(f"history must be a list of (noise_multiplier, sample_rate, num_steps), got "
                              f"{type(self.history).__name__}")
-        entries = []
+        entries: List[_Entry] = []
         for i, entry in enumerate(self.history):
             if not isinstance(entry, (list, tuple)) or len(entry) != 3:
                 raise ValueError(f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), got {entry!r}")
             entries.append(_check_entry(f"history[{i}]", *entry))
         return tuple(entries)
 
-    def event(self):
+    def event(self) -> Composed:
         """The metadp event of the history: a composition of Poisson-subsampled Gaussian steps."""
         return Composed(tuple(SelfComposed(PoissonSampled(q, Gaussian(z)), t) for z, q, t in self._entries()))
 
-    def get_epsilon_bounds(self, delta: float):
+    def get_epsilon_bounds(self, delta: float) -> Union[PldResult, LoaderBounds]:
         """The certified interval (``PldResult``: ``epsilon_lower``, ``epsilon_upper``, ``notes``) at ``delta``.
 
         Raises:
@@ -188,6 +194,7 @@ class MetadpAccountant(IAccountant):
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        result: Union[PldResult, LoaderBounds]
         if self.loader is not None and self.loader.scheme != "poisson":
             result = self._loader_bounds(key[0], delta)
         else:
@@ -197,24 +204,26 @@ class MetadpAccountant(IAccountant):
             self._cache.popitem(last=False)
         return result
 
-    def _loader_bounds(self, entries, delta: float) -> LoaderBounds:
+    def _loader_bounds(self, entries: Tuple[_Entry, ...], delta: float) -> LoaderBounds:
         """The bounds of the history on the loader read (not Poisson): each entry's steps in the loader's batches
         (an entry's rate is accumulated batches / len(loader)), accounted as the plan of the loader; entries of
         different noise are composed by PLD (then no lower bound is given)."""
-        found, spe = self.loader, self.loader.steps_per_epoch
+        found = cast(LoaderScheme, self.loader)  # (read, and not Poisson)
+        spe = cast(int, found.steps_per_epoch)  # (the loader's length, as Opacus reads it too)
         runs = [(z, t * max(1, round(q * spe))) for z, q, t in entries if t]
         if len({z for z, _ in runs}) <= 1:
             z = runs[0][0] if runs else 1.0
             account = account_loader(found, noise_multiplier=z, steps=sum(b for _, b in runs), delta=delta)
-            return LoaderBounds(account.epsilon_lower, account.epsilon, delta, found.scheme, found.reading,
+            return LoaderBounds(account.epsilon_lower, account.epsilon, delta, cast(str, found.scheme), found.reading,
                                 tuple(account.report.warnings))
         plans = [account_loader(found, noise_multiplier=z, steps=b, delta=delta).plan for z, b in runs]
         bounds = PldAccountant(max_seconds=math.inf).compose(Composed(tuple(p.event() for p in plans)))
-        return LoaderBounds(None, bounds.get_epsilon_bounds(delta).epsilon_upper, delta, found.scheme, found.reading,
+        return LoaderBounds(None, bounds.get_epsilon_bounds(delta).epsilon_upper, delta, cast(str, found.scheme),
+                            found.reading,
                             ("noise multipliers changed during the run: each run of one multiplier is charged as its "
                              "own plan (a partial pass in full) and composed",))
 
-    def get_epsilon(self, delta: float, **kwargs) -> float:
+    def get_epsilon(self, delta: float, **kwargs: Any) -> float:
         """Certified epsilon (upper bound) spent so far at ``delta``.
 
         ``kwargs`` are accepted and ignored: ``make_private_with_epsilon`` forwards its extra keyword
@@ -222,13 +231,13 @@ class MetadpAccountant(IAccountant):
         """
         return self.get_epsilon_bounds(delta).epsilon_upper
 
-    def state_dict(self, destination=None):
+    def state_dict(self, destination: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Opacus's ``{"history", "mechanism"}``, and ``"loader"``: what the run's loader does (None: not read)."""
         destination = super().state_dict(destination)
         destination["loader"] = None if self.loader is None else self.loader.to_dict()
-        return destination
+        return cast(Dict[str, Any], destination)
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Loads ``{"history": ..., "mechanism": "metadp"[, "loader": ...]}``, checking every history entry first."""
         history = state_dict.get("history") if isinstance(state_dict, dict) else None
         if isinstance(history, (list, tuple)):
@@ -279,17 +288,17 @@ def noise_multiplier_for_epsilon(*, target_epsilon: float, target_delta: float, 
         if not (_finite_positive(epochs) and sample_rate > 0):
             raise ValueError(f"epochs must be > 0 with a sample_rate > 0, got epochs {epochs!r}, "
                              f"sample_rate {sample_rate!r}")
-        steps = int(epochs / sample_rate)
+        steps = int(cast(float, epochs) / sample_rate)  # (checked just above)
     _check_entry("noise_multiplier_for_epsilon", 1.0, sample_rate, steps)
     return calibrate_noise(lambda z: SelfComposed(PoissonSampled(sample_rate, Gaussian(z)), steps),
                            target_epsilon, target_delta, accountant="pld")
 
 
-def _finite_positive(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf
+def _finite_positive(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < cast(float, value) < math.inf
 
 
-def _check_target(target_epsilon, target_delta) -> None:
+def _check_target(target_epsilon: Any, target_delta: Any) -> None:
     """Refuses a non-finite or non-positive target_epsilon and a target_delta outside (0, 1), naming them.
 
     Opacus's noise search compares ``eps > target_epsilon``, which is False for NaN, and so returns its first
@@ -301,7 +310,7 @@ def _check_target(target_epsilon, target_delta) -> None:
         raise ValueError(f"target_delta must be a number in (0, 1), got {target_delta!r}")
 
 
-def _check_private_arguments(kwargs) -> None:
+def _check_private_arguments(kwargs: Dict[str, Any]) -> None:
     """The numbers ``make_private_checked`` passes on to Opacus, checked first (ValueError naming each)."""
     if "target_epsilon" in kwargs or "target_delta" in kwargs:
         _check_target(kwargs.get("target_epsilon"), kwargs.get("target_delta"))
@@ -316,7 +325,7 @@ def _check_private_arguments(kwargs) -> None:
 MAX_STEPS = 10**9  # make_private_checked: the longest run (epochs x batches an epoch) it accepts
 
 
-def _check_run_length(epochs, data_loader) -> None:
+def _check_run_length(epochs: Any, data_loader: Any) -> None:
     """Refuses epochs whose steps (epochs x len(data_loader), as Opacus counts them) exceed MAX_STEPS: Opacus's
     noise search then asks for bounds of 10^14 steps, for minutes, and no such run ends."""
     try:
@@ -328,7 +337,8 @@ def _check_run_length(epochs, data_loader) -> None:
                          f"{batches:,} = {epochs * batches:.3g}): no such run ends")
 
 
-def make_private_checked(privacy_engine, *, data_loader, poisson_sampling: bool = True, **kwargs):
+def make_private_checked(privacy_engine: Any, *, data_loader: Any, poisson_sampling: bool = True,
+                         **kwargs: Any) -> Any:
     """Opacus's ``make_private`` (or ``make_private_with_epsilon`` when ``target_epsilon`` is given),
     refusing a run whose batches the accountant's epsilon would not cover.
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Optional
+from typing import Any, Optional, Tuple, cast
 
+from metadp.integrations.loaders import LoaderScheme
 from metadp.integrations.loaders import poisson_samplers, read_loader  # noqa: F401 - poisson_samplers re-exported
 
 __all__ = ["LoaderSampling", "PoissonAssumptionWarning", "describe_sampling", "require_poisson", "poisson_samplers"]
@@ -55,7 +56,7 @@ class LoaderSampling:
     meaning: str  # what it means for the epsilon, in one paragraph
 
 
-def describe_sampling(data_loader) -> LoaderSampling:
+def describe_sampling(data_loader: Any) -> LoaderSampling:
     """What ``data_loader`` (a ``torch.utils.data.DataLoader``, e.g. the ``DPDataLoader`` that Opacus's
     ``make_private`` returns) does, and what that means for a Poisson accountant's epsilon. What the loader does
     is :func:`metadp.integrations.loaders.read_loader`'s reading (the one reader of samplers); this adds whether the
@@ -68,11 +69,11 @@ def describe_sampling(data_loader) -> LoaderSampling:
     n, steps = found.population, found.steps_per_epoch
     accounted = 1.0 / steps if steps else None
     if found.scheme == "poisson":
-        q = found.rate
+        q = cast(float, found.rate)  # (a Poisson loader's)
         ok = accounted is not None and accounted >= q * (1 - 1e-12)
         meaning = (f"Poisson sampling: each record joins each batch independently with probability {q:.6g}, as the "
                    f"accountant assumes; it charges rate 1/len(loader) = {accounted:.6g}"
-                   + ("" if not ok else (" (the same)" if math.isclose(accounted, q, rel_tol=1e-12)
+                   + ("" if not ok else (" (the same)" if math.isclose(cast(float, accounted), q, rel_tol=1e-12)
                                          else ", above the true rate: its epsilon is valid, and pessimistic")))
         if not ok:
             meaning += (", BELOW the sampler's rate (the sampler draws more than 1/rate batches per epoch): the "
@@ -90,7 +91,8 @@ _PLAN = {"shuffled": "sampling.scheme = 'shuffle': one Gaussian per pass, no amp
          "with_replacement": "sampling.scheme = 'with_replacement', each copy moving the sum by 2C"}
 
 
-def _not_poisson(found, b: Optional[int], accounted: Optional[float], sampler):
+def _not_poisson(found: LoaderScheme, b: Optional[int], accounted: Optional[float],
+                 sampler: Any) -> Tuple[str, Optional[float], str]:
     """(kind, most exposed record's per-step inclusion probability or None, meaning) of a loader that is not
     Poisson: ``found`` is read_loader's reading."""
     from torch.utils import data as tud
@@ -103,8 +105,9 @@ def _not_poisson(found, b: Optional[int], accounted: Optional[float], sampler):
     if isinstance(sampler, tud.WeightedRandomSampler) and found.scheme is None:
         p = sampler.weights.double() / sampler.weights.double().sum()
         p_max = float(p.max())
+        rate: Optional[float]
         if sampler.replacement:
-            rate = -math.expm1(b * math.log1p(-p_max)) if p_max < 1 else 1.0
+            rate = -math.expm1(cast(int, b) * math.log1p(-p_max)) if p_max < 1 else 1.0  # (a batch sampler's size)
             exposure = (f"the most likely record is in a batch with probability {rate:.3g} and can appear in it "
                         "several times")
         else:
@@ -119,8 +122,9 @@ def _not_poisson(found, b: Optional[int], accounted: Optional[float], sampler):
         return "unknown", None, (f"{found.refusal}: {refuse} unless it is Poisson sampling at rate >= "
                                  f"{accounted if accounted is not None else 'the charged rate'}. {fix}")
     kind = _KIND[found.scheme]
-    rate = found.batch_size / found.population if kind == "shuffled" and found.population else (
-        -math.expm1(found.batch_size * math.log1p(-1.0 / found.population)) if kind == "with_replacement" else None)
+    n, batch = cast(int, found.population), cast(int, found.batch_size)  # (read for these schemes)
+    rate = batch / n if kind == "shuffled" and found.population else (
+        -math.expm1(batch * math.log1p(-1.0 / n)) if kind == "with_replacement" else None)
     gap = {"shuffled": f": {_SHUFFLE_GAP}",
            "with_replacement": (": each copy replaces another record's draw and moves the sum by up to 2C, so the "
                                 "Poisson number at rate batch / records understates epsilon (examples/"
@@ -129,7 +133,7 @@ def _not_poisson(found, b: Optional[int], accounted: Optional[float], sampler):
     return kind, rate, f"{found.reading}: not Poisson sampling, so {refuse}{gap}. {fix} ({_PLAN[kind]})"
 
 
-def require_poisson(data_loader, *, action: str = "raise") -> LoaderSampling:
+def require_poisson(data_loader: Any, *, action: str = "raise") -> LoaderSampling:
     """``describe_sampling(data_loader)``, refusing a loader whose batches the Poisson epsilon does not cover.
 
     Args:

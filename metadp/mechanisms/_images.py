@@ -6,7 +6,7 @@ torch is imported only when a torch tensor comes in, so the numpy path never loa
 from __future__ import annotations
 
 import numbers
-from typing import Callable, Tuple
+from typing import Any, Callable, Optional, Tuple, cast
 
 import numpy as np
 
@@ -20,7 +20,7 @@ def is_torch(x) -> bool:
     return type(x).__module__.split(".")[0] == "torch"
 
 
-def prepare(images) -> Tuple[object, Callable]:
+def prepare(images) -> Tuple[Any, Callable[[Any], Any]]:  # a numpy array or a torch tensor
     """(work array, restore): float64 numpy or float32/64 torch; restore clips and casts back.
 
     Raises:
@@ -85,8 +85,8 @@ def cell_means(x, b: int):
         padded = torch.nn.functional.pad(x, (0, pw, 0, ph))
         sums = padded.reshape(tuple(x.shape[:-2]) + ((h + ph) // b, b, (w + pw) // b, b)).sum(dim=(-3, -1))
         return sums / torch.as_tensor(cell_sizes(h, w, b), dtype=x.dtype, device=x.device)
-    padded = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, ph), (0, pw)]) if ph or pw else x
-    blocks = padded.reshape(x.shape[:-2] + ((h + ph) // b, b, (w + pw) // b, b))
+    padded_np = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, ph), (0, pw)]) if ph or pw else x
+    blocks = padded_np.reshape(x.shape[:-2] + ((h + ph) // b, b, (w + pw) // b, b))
     return blocks.sum(axis=-1).sum(axis=-2) / cell_sizes(h, w, b)  # two passes: faster than one over (-3, -1)
 
 
@@ -113,7 +113,7 @@ def standard_noise(kind: str, x, shape, rng):
         e1, e2 = (torch.empty(shape, dtype=x.dtype, device=x.device).exponential_(generator=gen) for _ in range(2))
         return e1 - e2  # the difference of two Exp(1) is Lap(0, 1)
     if rng is None or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool)):
-        rng = np.random.default_rng(rng)
+        rng = np.random.default_rng(cast(Optional[int], rng))  # an Integral seed or None
     elif not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy Generator, an int seed or None for numpy images, got {rng!r}")
     return rng.standard_normal(shape) if kind == "normal" else rng.laplace(0.0, 1.0, size=shape)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Tuple, cast
 
 import numpy as np
 
@@ -296,6 +296,10 @@ class BandedNoise:
         sigma: standard deviation of Z's entries, >= 0.
     """
 
+    _toeplitz: Optional[np.ndarray]  # the b coefficients (Toeplitz strategy), or None (dense: ``_band``)
+    _band: Optional[np.ndarray]
+    steps: Optional[int]
+
     def __init__(self, strategy, dim: int, rng: np.random.Generator, sigma: float = 1.0):
         s = np.asarray(strategy, dtype=np.float64)
         if s.ndim == 1:
@@ -320,7 +324,7 @@ class BandedNoise:
         """(C^{-1} Z)_t for the current step t, then advances t. Raises ValueError past a dense C's n steps."""
         if self.steps is not None and self.t >= self.steps:
             raise ValueError(f"this BandedNoise has C for {self.steps} steps; step {self.t} was asked")
-        row = self._toeplitz if self._band is None else self._band[self.t]
+        row = cast(np.ndarray, self._toeplitz) if self._band is None else self._band[self.t]  # one is set
         z = self.sigma * self._rng.standard_normal(self.dim)
         used = min(self.t, self.bands - 1)  # earlier outputs that exist
         x = (z - row[1:used + 1] @ self._buffer[:used]) / row[0]

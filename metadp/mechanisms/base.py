@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class DominatingPair(abc.ABC):
     exact_loss_cells = True
     # None: named neighbouring datasets produce this pair at every step, so a lower bound on its composition
     # bounds the mechanism; otherwise the pairs such datasets do produce (``Attained``)
-    attained = None
+    attained: Optional[Attained] = None
 
     @abc.abstractmethod
     def loss_cdf(self, loss, under: str = "P") -> np.ndarray:

@@ -126,7 +126,9 @@ def episodic_record_pairs(episodes: int, unit_rate: float, within_rate: float, n
     js, pj, cut_j = _binomial_support(episodes, unit_rate)
     out = []
     for direction in ("add", "remove"):
-        weights, components, inf_mass = [], [], cut_j
+        weights: list[float] = []
+        components: list[Optional[GaussianMixturePair]] = []
+        inf_mass = cut_j
         for j, w in zip(js, pj):
             if j == 0 or within_rate == 0.0 or w == 0.0:  # w = 0: no mass (P_U = 1 puts it all at j = L)
                 weights.append(float(w))

@@ -15,9 +15,10 @@ is increasing in x, so every loss quantile is a Gaussian quantile at x(l) = L_ad
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+from typing import Dict, Tuple, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from metadp.core.validation import check_positive, check_probability
@@ -108,8 +109,10 @@ class GaussianMixturePair(DominatingPair):
     """
 
     exact_loss_cells = False  # cells are cut at the computed inverses of the loss edges
+    # x -> (x, {shift: (Phi(t), Phi(-t), ndtr_error(t))}): ``_edge_cdfs``' memo (absent until the first call)
+    _cdf_memo: Tuple[np.ndarray, Dict[float, Tuple[np.ndarray, np.ndarray, np.ndarray]]]
 
-    def __init__(self, weights: Sequence[float], shifts: Sequence[float], sigma: float, direction: str = "add"):
+    def __init__(self, weights: ArrayLike, shifts: ArrayLike, sigma: float, direction: str = "add"):
         w = np.asarray(weights, dtype=np.float64)
         s = np.asarray(shifts, dtype=np.float64)
         if w.ndim != 1 or w.shape != s.shape or len(w) == 0:
@@ -163,7 +166,7 @@ class GaussianMixturePair(DominatingPair):
         log_w, a, b = self._log_w[positive], self._a[positive], self._b[positive]
         if math.isfinite(self._loss_floor):
             with np.errstate(divide="ignore"):
-                target = self._loss_floor + log_expm1(np.maximum(target - self._loss_floor, 0.0))
+                target = self._loss_floor + cast(np.ndarray, log_expm1(np.maximum(target - self._loss_floor, 0.0)))
         # Start right of the root (the smallest single-term solution: each term alone is <= the sum,
         # so each single-term solution is right of the root) and run Newton on the convex increasing
         # sum: iterates decrease to the root.
@@ -360,6 +363,8 @@ class GaussianMixturePair(DominatingPair):
         check_probability("tail", tail)
         # The loss is monotone in X; take X's quantiles under P, with per-component Gaussian tails.
         k = -float(special.ndtri(tail / (2.0 * len(self.weights)))) if tail > 0 else 40.0
+        lo_x: float
+        hi_x: float
         if (self.direction == "add"):
             lo_x, hi_x = np.min(self.shifts) - k * self.sigma, np.max(self.shifts) + k * self.sigma
         else:

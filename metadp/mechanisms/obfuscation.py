@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numbers
 from types import MappingProxyType
+from typing import Optional
 
 import numpy as np
 
@@ -45,7 +46,7 @@ _GUARANTEES = {
 }
 
 
-def guarantee(name: str, *, epsilon: float = None, m: int = None) -> str:
+def guarantee(name: str, *, epsilon: Optional[float] = None, m: Optional[int] = None) -> str:
     """The privacy guarantee of an obfuscation, as a report prints it.
 
     Args:
@@ -107,7 +108,7 @@ def _blur_last_axis(x, weights: np.ndarray, r: int):
     return out
 
 
-def gaussian_blur(images, radius: int, *, sigma: float = None):
+def gaussian_blur(images, radius: int, *, sigma: Optional[float] = None):
     """Gaussian blur (paper Sec. III-B b, Eq. 4): convolution with a (2r+1) x (2r+1) Gaussian kernel.
 
     No formal privacy guarantee (deterministic; :func:`guarantee`). The kernel is

@@ -27,7 +27,7 @@ the middle form for t <= 1 (no cancellation near alpha = 1 or p = 1/2), the last
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, cast
 
 import numpy as np
 from scipy import special
@@ -160,7 +160,7 @@ def randomized_response_pairs(truth_probability: Optional[float] = None, *,
         raise ValueError("give exactly one of truth_probability or epsilon0")
     if epsilon0 is not None:
         return (RandomizedResponsePair.from_epsilon(epsilon0),)
-    return (RandomizedResponsePair(truth_probability),)
+    return (RandomizedResponsePair(cast(float, truth_probability)),)  # given: exactly one is
 
 
 def randomized_response(bits, truth_probability: float, rng: np.random.Generator) -> np.ndarray:

@@ -31,7 +31,7 @@ attain at every step is R in both orders: all other records at -C, the replaced 
 replacement at +C, on one line (a linear loss gives these clipped gradients at every iterate); the steps
 are then independent, so the released sums are exactly R^T (up to a shift) in one order and its reverse in
 the other. ``SymmetrizedPair.attained`` names these pairs, and the PLD accountant's lower end is their
-composition's (``metadp.accounting.pld``). On the README's plan (256 of 60,000, z = 1.1, 14,062 steps,
+composition's (``metadp.accounting.pld``). On the fixed-size plan of docs/plan.md (256 of 60,000, z = 1.1, 14,062 steps,
 delta 1e-5) S composes to 18.45 and R to 14.71: the true epsilon is only known to lie between. A search
 over the one-line configurations (the other records at v, the replaced record at u, its replacement at w,
 each in [-C, C]; ``metadp.verify.fixed_size``) finds none above R.
@@ -42,7 +42,7 @@ The output space of S is the privacy loss itself (``log_ratio(x) = x``).
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class SymmetrizedPair(DominatingPair):
 
     exact_loss_cells = False  # the base's cells are cut at computed inverses
 
-    def __init__(self, base: GaussianMixturePair, attained: Attained = None):
+    def __init__(self, base: GaussianMixturePair, attained: Optional[Attained] = None):
         self.attained = attained
         if not isinstance(base, GaussianMixturePair):
             raise ValueError(f"base must be a GaussianMixturePair, got {type(base).__name__}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, cast
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive, check_probability
@@ -12,22 +12,23 @@ from metadp.sampling.guarantee import Guarantee
 
 __all__ = ["Sampling", "SCHEMES", "RUN_SCHEMES", "NOT_IN_PLANS", "register", "from_record", "of_lot"]
 
-SCHEMES: Dict[str, type] = {}
+SCHEMES: Dict[str, Type[Sampling]] = {}
 """The schemes a plan file may name (``sampling.scheme``), in the order error messages list them."""
 
-RUN_SCHEMES: Dict[str, type] = {}
+RUN_SCHEMES: Dict[str, Type[Sampling]] = {}
 """The trainer's ``--sampler`` names."""
 
 NOT_IN_PLANS: Dict[str, str] = {}
 """Schemes a plan file may not name yet, with what to use instead."""
 
 _PLAN_KEYS = ("scheme", "population", "batch_size", "rate", "episodes")  # a plan's [sampling] keys
+_S = TypeVar("_S", bound="Type[Sampling]")
 
 
-def register(*, plan: bool = True, run: Optional[str] = None, refusal: Optional[str] = None) -> Callable[[type], type]:
+def register(*, plan: bool = True, run: Optional[str] = None, refusal: Optional[str] = None) -> Callable[[_S], _S]:
     """Class decorator: the scheme is named in plan files (``plan``), by the trainer (``run``: its
     ``--sampler`` name), or refused in plan files with ``refusal``."""
-    def add(cls: type) -> type:
+    def add(cls: _S) -> _S:
         if plan:
             SCHEMES[cls.scheme] = cls
         if run is not None:
@@ -52,8 +53,17 @@ class Sampling:
     warnings: ClassVar[Tuple[str, ...]] = ()  # what every report of it must say
     basis: ClassVar[str] = ""  # the theorem, in words (training reports)
     pooled_words: ClassVar[str] = "this task sampling"  # in pooled_record's refusal
+    # the accountant is given an event that bounds the sampler from above only (the one-pass schemes: one Gaussian a
+    # pass), so its lower ends are not the sampler's: a report gives the scheme's own (epsilon_lower) or none
+    loose_event: ClassVar[bool] = False
     hierarchy_use: ClassVar[Optional[str]] = None  # "episodes" (required), "tasks" (optional) or None
     plan_keys: ClassVar[Tuple[str, ...]] = _PLAN_KEYS  # the [sampling] keys that state it (plan_table)
+
+    if TYPE_CHECKING:  # what the registered schemes define: their readers (``from_table``, ``of_lot``)
+        @classmethod
+        def from_table(cls, d: Mapping[str, Any]) -> Sampling: ...
+        @classmethod
+        def of_lot(cls, pool: int, lot: float) -> Sampling: ...
 
     def step_event(self, inner: ev.Event) -> ev.Event:
         """One step for one unit, as sampled (no group, no hierarchy)."""
@@ -127,17 +137,17 @@ class Sampling:
         return table if same else None
 
     @classmethod
-    def from_record(cls, d: Mapping) -> "Sampling":
+    def from_record(cls, d: Mapping[str, Any]) -> "Sampling":
         return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)
                       if f.name != "hierarchy" and (f.name in d or f.default is dataclasses.MISSING)})
 
-    def steps_for_epochs(self, epochs) -> int:
+    def steps_for_epochs(self, epochs: float) -> int:
         """Steps in ``epochs`` passes over the population (expected, for Poisson), rounded up."""
         epochs = check_positive("epochs", epochs)
         expected = self.expected_batch
         if not expected or not getattr(self, "population", None):
             raise ValueError("epochs needs sampling.population and sampling.batch_size (or rate) to count steps")
-        steps = epochs * self.population / expected
+        steps = epochs * cast(int, getattr(self, "population")) / expected  # (the schemes with a population)
         if not steps <= ev.MAX_COUNT:
             raise ValueError(f"epochs = {epochs:g} gives {steps:.4g} steps; at most {ev.MAX_COUNT} steps are allowed "
                              "(fewer epochs or a larger batch)")
@@ -152,15 +162,15 @@ class Sampling:
         """Every meaningful unit's guarantee of a plan with this sampling, the plan's ``unit`` first."""
         step = self.step_event(inner)
         if unit == "group":
-            step = ev.Group(group_size, step)
+            step = ev.Group(cast(int, group_size), step)  # a group plan states its size
         return (self._own(unit, relation, step, steps, "the plan's step"),)
 
-    def _own(self, unit, relation, event, steps, how) -> Guarantee:
+    def _own(self, unit: str, relation: str, event: ev.Event, steps: int, how: str) -> Guarantee:
         return Guarantee.of_plan(unit, relation, (event,), steps, how, True, charge=self.charge, basis=self.basis,
                                  citations=self.citations)
 
 
-def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
+def _counts(d: Mapping[str, Any]) -> Tuple[Optional[int], Optional[int], Optional[float]]:
     """(population, batch_size, rate) of a ``[sampling]`` table, each validated where given."""
     if "episodes" in d:
         raise ValueError("sampling.episodes applies only to sampling.scheme = 'episodic'")
@@ -179,7 +189,7 @@ def _counts(d: Mapping) -> Tuple[Optional[int], Optional[int], Optional[float]]:
     return population, batch, rate
 
 
-def from_record(d: Mapping) -> Sampling:
+def from_record(d: Mapping[str, Any]) -> Sampling:
     """The scheme of a report's ``sampling`` record (``Sampling.to_dict``)."""
     return SCHEMES[d["scheme"]].from_record(d)
 

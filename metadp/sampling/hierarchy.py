@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Mapping, Sequence, Tuple
+from typing import Mapping, Sequence, Tuple, cast
 
 from metadp.core import events as ev
+from metadp.amplification.levels import Units
 from metadp.amplification.multistage import Hierarchy, Level, multistage_amplification
 
 __all__ = ["LEVEL_KEYS", "parse_hierarchy", "episode_shift", "top_unit_shift", "record_events", "top_unit_event",
@@ -17,7 +18,7 @@ __all__ = ["LEVEL_KEYS", "parse_hierarchy", "episode_shift", "top_unit_shift", "
 LEVEL_KEYS = ("name", "draw", "size", "rate", "units")
 
 
-def parse_hierarchy(levels) -> Hierarchy:
+def parse_hierarchy(levels: object) -> Hierarchy:
     """A ``Hierarchy`` from the plan's ``[[hierarchy]]`` tables (top level first)."""
     if not isinstance(levels, Sequence) or isinstance(levels, (str, bytes)) or not levels:
         raise ValueError("hierarchy must be a non-empty array of tables ([[hierarchy]] entries), top level first")
@@ -31,7 +32,8 @@ def parse_hierarchy(levels) -> Hierarchy:
         units = d.get("units")
         try:
             parsed.append(Level(str(d.get("name", f"level {i + 1}")), d.get("draw", "fixed"), size=d.get("size"),
-                                rate=d.get("rate"), units=tuple(units) if isinstance(units, list) else units))
+                                rate=d.get("rate"),
+                                units=cast(Units, tuple(units) if isinstance(units, list) else units)))  # checked
         except ValueError as err:
             raise ValueError(f"hierarchy[{i}]: {err}") from None
     return Hierarchy(tuple(parsed))
@@ -43,7 +45,8 @@ def top_unit_shift(hierarchy: Hierarchy, clipping: str) -> float:
         return 2.0
     if any(level.draw != "fixed" for level in hierarchy.levels[1:]):
         return math.inf  # a Poisson level below the top: the unit's records in one episode are unbounded
-    return 2.0 * math.prod(level.size for level in hierarchy.levels[1:])  # its records in one episode, 2C each
+    # its records in one episode, 2C each (every level below the top is fixed: it has a size)
+    return 2.0 * math.prod(cast(int, level.size) for level in hierarchy.levels[1:])
 
 
 def episode_shift(hierarchy: Hierarchy, clipping: str) -> float:

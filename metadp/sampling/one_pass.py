@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, cast
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count
@@ -23,6 +23,8 @@ __all__ = ["Shuffle", "BallsInBins"]
 class Shuffle(_Batches):
     """Shuffled passes: each pass cuts a shuffled population into batches, so each unit is in one step per
     pass. No amplification bound is known (Chua et al. 2024): one release per pass."""
+
+    loose_event: ClassVar[bool] = True
 
     scheme: ClassVar[str] = "shuffle"
     plan_keys: ClassVar[Tuple[str, ...]] = ("scheme", "population", "batch_size")  # its rate is derived
@@ -41,14 +43,15 @@ class Shuffle(_Batches):
     def releases(self, steps: int) -> int:
         return math.ceil(steps * self.batch_size / self.population - 1e-9)
 
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
         passes = self.releases(steps)
-        step = inner if unit != "group" else ev.Group(group_size, inner)
+        step = inner if unit != "group" else ev.Group(cast(int, group_size), inner)  # a group plan states it
         how = (f"{steps:,} steps of {self.batch_size:,} cut from shuffled passes over {self.population:,}: each unit "
                f"is in one step per pass, so {passes:,} Gaussian release(s), no amplification")
         return (self._own(unit, relation, step, passes, how),)
 
-    def epsilon_lower(self, unit, relation, inner, steps, delta) -> Optional[float]:
+    def epsilon_lower(self, unit: str, relation: str, inner: ev.Event, steps: int, delta: float) -> Optional[float]:
         """Certified lower bound on the true epsilon of the shuffled passes (Chua et al. 2024's max-over-batches
         test, ``metadp.amplification.allocation_bounds.shuffle_lower``), over the full passes; None where the
         population is not a whole number of batches, for groups, or for a non-Gaussian mechanism."""
@@ -59,12 +62,12 @@ class Shuffle(_Batches):
         z = inner.noise_multiplier if relation == "add_remove" else inner.noise_multiplier / 2.0
         return shuffle_lower(z, t, delta, full, relation)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (how or "shuffled passes",
                 "the partition's shape does not depend on whether the unit is present (a zero-out reading of "
                 "add/remove)")
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return (f"shuffled passes: {self.population:,} {unit}s cut into batches of {self.batch_size:,} "
                 "(each in one step per pass)")
 
@@ -86,6 +89,8 @@ class BallsInBins(Sampling):
     prints [lower, upper]. The trainer's one-pass sampler executes this allocation and charges the same event
     (``charge_event``); :meth:`pass_event` is the single-Gaussian bound, valid whatever the allocation."""
 
+    loose_event: ClassVar[bool] = True
+
     population: int
     steps_per_pass: int
     selected: int = 1
@@ -100,13 +105,13 @@ class BallsInBins(Sampling):
                                  "pair's RDP (metadp.amplification.allocation_bounds) or PLD "
                                  "(metadp.accounting.allocation_pld), the smaller")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_count("population", self.population, minimum=1)
         check_count("steps_per_pass", self.steps_per_pass, minimum=1)
         check_count("sampling.selected", self.selected, minimum=1, maximum=self.steps_per_pass)
 
     @classmethod
-    def from_table(cls, d: Mapping) -> "BallsInBins":
+    def from_table(cls, d: Mapping[str, Any]) -> "BallsInBins":
         """``population`` and ``batch_size`` (which must divide it), or ``population`` and ``steps_per_pass``
         (the trainer's one-pass sampler over a pool that its lot does not divide: ``metadp train --save-plan``)."""
         steps = d.get("steps_per_pass")
@@ -134,14 +139,14 @@ class BallsInBins(Sampling):
                              f"selected x population / batch_size = {selected * population // batch}")
         return cls(population, selected * population // batch, selected)
 
-    def plan_table(self):
+    def plan_table(self) -> Optional[Dict[str, Any]]:
         """``population`` and ``batch_size`` where the batch divides the population, else ``steps_per_pass``."""
         if (self.selected * self.population) % self.steps_per_pass == 0:
             return super().plan_table()
         extra = {"selected": self.selected} if self.selected != 1 else {}
         return {"scheme": self.scheme, "population": self.population, "steps_per_pass": self.steps_per_pass, **extra}
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         extra = {"selected": self.selected} if self.selected != 1 else {}  # k = 1: the keys plans always had
         return dict(super().to_dict(), batch_size=self.selected * self.population // self.steps_per_pass,
                     steps_per_pass=self.steps_per_pass, **extra)
@@ -155,7 +160,7 @@ class BallsInBins(Sampling):
     def expected_batch(self) -> float:
         return self.selected * self.population / self.steps_per_pass
 
-    def step_event(self, inner: ev.Event):
+    def step_event(self, inner: ev.Event) -> ev.Event:
         """Raises: one step of a pass has no event of its own (see the class docstring)."""
         raise ValueError("balls-in-bins sampling has no per-step event: each unit is in exactly one step per pass, "
                          "which is not a per-step sampling law (the steps of a pass are dependent). Compose "
@@ -181,14 +186,15 @@ class BallsInBins(Sampling):
     def charge_basis(self) -> str:
         return self.plan_basis
 
-    def pooled_record(self, shift, k):
+    def pooled_record(self, shift: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
         """The k appearances may share the record's step of a pass: ``Gaussian(1 / (k s))`` per pass."""
         return "pass", ev.Gaussian(1.0 / (k * shift)), self.basis, ""
 
     def releases(self, steps: int) -> int:
         return math.ceil(steps / self.steps_per_pass)
 
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
         if unit == "group":
             raise ValueError("unit = 'group' is not available with sampling.scheme = 'balls_in_bins' (the random-"
                              "allocation pair is for one unit)")
@@ -201,19 +207,19 @@ class BallsInBins(Sampling):
         return (Guarantee.of_plan(unit, relation, (self.charge_event(inner),), passes, how, True, charge=self.charge,
                                   basis=self.plan_basis, citations=self.citations),)
 
-    def epsilon_lower(self, unit, relation, inner, steps, delta) -> Optional[float]:
+    def epsilon_lower(self, unit: str, relation: str, inner: ev.Event, steps: int, delta: float) -> Optional[float]:
         """Certified lower bound on the plan's epsilon (the max-over-steps event; None where not derived)."""
         full = steps // self.steps_per_pass  # a partial pass may be ignored by the adversary: full passes only
         if unit == "group" or not isinstance(inner, ev.Gaussian) or relation != "add_remove" or full == 0:
             return None
         return allocation_lower(inner.noise_multiplier, self.steps_per_pass, delta, full, self.selected)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (how or f"each {unit} is in exactly {self._in} of the {self.steps_per_pass:,} steps of each pass",
                 "the allocation is uniform and independent across units and passes, and does not depend on the data; "
                 "other units' contributions may be anything (the pair holds for each fixed choice)")
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         steps = "step" if self.selected == 1 else "steps"
         return f"balls in bins: each {unit} in {self._in} uniformly random {steps} of each {self.steps_per_pass:,}-step pass"
 
@@ -221,5 +227,5 @@ class BallsInBins(Sampling):
     def _in(self) -> str:
         return "one" if self.selected == 1 else f"{self.selected:,} distinct"
 
-    def latex(self):
+    def latex(self) -> str:
         return f"balls in bins ($t={self.steps_per_pass}$)"

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_probability
 from metadp.sampling.base import Sampling, _counts, register
+from metadp.sampling.guarantee import Guarantee
 
 __all__ = ["CyclicPoisson", "MinSeparation", "min_separation_blocks"]
 
@@ -57,12 +58,12 @@ class CyclicPoisson(Sampling):
     basis: ClassVar[str] = ("cyclic Poisson participation: each pass of the groups' steps is one Poisson-subsampled "
                             "Gaussian for a unit (Choquette-Choo et al. 2023, arXiv:2306.08153, Alg. 2 and Thm. 4)")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "rate", check_probability("sampling.rate", self.rate))
         check_count("sampling.groups", self.groups, minimum=1)
 
     @classmethod
-    def from_table(cls, d: Mapping) -> "CyclicPoisson":
+    def from_table(cls, d: Mapping[str, Any]) -> "CyclicPoisson":
         if d.get("groups") is None:
             raise ValueError("sampling.groups is required for sampling.scheme = 'cyclic_poisson' (the number of "
                              "fixed groups; with banded noise, at least noise.bands)")
@@ -96,7 +97,8 @@ class CyclicPoisson(Sampling):
     def releases(self, steps: int) -> int:
         return math.ceil(steps / self.groups)
 
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
         _one_unit(unit, self.scheme)
         passes = self.releases(steps)
         how = (f"{steps:,} steps in {passes:,} pass(es) of {self.groups:,}: each {unit} is in one fixed group and "
@@ -104,18 +106,18 @@ class CyclicPoisson(Sampling):
                "in full")
         return (self._own(unit, relation, self.step_event(inner), passes, how),)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (how or "cyclic Poisson participation",
                 f"the {self.groups:,} groups are fixed before training, independently of the data; step t samples "
                 f"only group t mod {self.groups:,}, each of its {unit}s independently with probability {self.rate:g}")
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return f"cyclic Poisson: {self.groups:,} groups, each sampled at rate {self.rate:g} in its own steps"
 
     def latex(self) -> str:
         return f"cyclic Poisson, {self.groups:,} groups, $q = {self.rate:g}$"
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return dict(super().to_dict(), groups=self.groups)
 
 
@@ -144,12 +146,12 @@ class MinSeparation(Sampling):
     basis: ClassVar[str] = ("at most k participations, any two at least the separation apart, in any order: the "
                             "composition of the unit's releases, no amplification")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_count("sampling.participations", self.participations, minimum=1)
         check_count("sampling.separation", self.separation, minimum=1)
 
     @classmethod
-    def from_table(cls, d: Mapping) -> "MinSeparation":
+    def from_table(cls, d: Mapping[str, Any]) -> "MinSeparation":
         if d.get("participations") is None:
             raise ValueError("sampling.participations is required for sampling.scheme = 'min_separation' (the most "
                              "steps one unit takes part in)")
@@ -178,24 +180,25 @@ class MinSeparation(Sampling):
         k = self.participations_in(steps)
         return inner if k == 1 else ev.SelfComposed(inner, k)
 
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
         _one_unit(unit, self.scheme)
         k = self.participations_in(steps)
         how = (f"each {unit} in at most {k:,} of the {steps:,} steps, any two at least {self.separation:,} apart, "
                "in any order: the run charged once, the composition of its releases")
         return (self._own(unit, relation, self.run_event(inner, steps), 1, how),)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (how or "min-separation participation",
                 f"no {unit} contributes to more than {self.participations:,} steps, nor to two steps fewer than "
                 f"{self.separation:,} apart (no sampling, no amplification: the steps may be chosen adversarially)")
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return (f"min-separation: each {unit} in at most {self.participations:,} steps, at least {self.separation:,} "
                 "apart (no sampling)")
 
     def latex(self) -> str:
         return f"min-separation, $k = {self.participations:,}$, $b = {self.separation:,}$"
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return dict(super().to_dict(), participations=self.participations, separation=self.separation)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, cast
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
@@ -21,9 +21,14 @@ class _TaskSlots:
     """Task sampling whose tasks are episodes drawn from records through a hierarchy (the record view)."""
 
     hierarchy_use: ClassVar[Optional[str]] = "tasks"
+    if TYPE_CHECKING:  # what the schemes it is mixed into (Sampling subclasses) have
+        hierarchy: Optional[Hierarchy]
 
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
-        own = Sampling.guarantees(self, unit, relation, inner, steps, group_size, clipping)
+        def _slots(self) -> Tuple[int, float, str]: ...
+
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
+        own = Sampling.guarantees(cast(Sampling, self), unit, relation, inner, steps, group_size, clipping)
         h = self.hierarchy
         if h is None or unit != "task" or not isinstance(inner, ev.Gaussian):
             return own
@@ -60,7 +65,7 @@ class Poisson(_TaskSlots, Sampling):
         "Gaussian with the record's sampled appearances revealed, J ~ Bin(k, q) (valid, loose: task sampling "
         "amplifies delta only; metadp.mechanisms.episodic)")
 
-    def pooled_record(self, shift, k):
+    def pooled_record(self, shift: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
         """J ~ Bin(k, rate) of the record's tasks sampled, revealed: ``EpisodicSampled(k, rate, 1, N(1/s))``."""
         return "step", ev.EpisodicSampled(k, self.rate, 1.0, ev.Gaussian(1.0 / shift), 1.0), self.pooled_record_basis, ""
 
@@ -68,18 +73,18 @@ class Poisson(_TaskSlots, Sampling):
         "the task stays in the pool, its clipped contribution replaced: Poisson-sampled substitution pair of "
         "metadp.mechanisms.pooled (contributions in the C-ball; Zhu, Dong & Wang 2022, Thm. 10 composition)")
 
-    def pooled_task_record(self, noise, k):
+    def pooled_task_record(self, noise: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
         """One record in one task (k = 1): ``PoolSubstitution(rate, Gaussian(z))``; in k > 1 tasks, the
         revealed pair of ``pooled_record(2 / z, k)``."""
         if k != 1:
             return self.pooled_record(2.0 / noise, k)
         return "step", ev.PoolSubstitution(self.rate, ev.Gaussian(noise)), self.pooled_task_record_basis, ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "rate", check_probability("rate", self.rate))
 
     @classmethod
-    def from_table(cls, d: Mapping) -> "Poisson":
+    def from_table(cls, d: Mapping[str, Any]) -> "Poisson":
         population, batch, rate = _counts(d)
         if rate is not None and batch is not None:
             raise ValueError("sampling.rate and sampling.batch_size are mutually exclusive: give one")
@@ -103,20 +108,23 @@ class Poisson(_TaskSlots, Sampling):
     def step_event(self, inner: ev.Event) -> ev.PoissonSampled:
         return ev.PoissonSampled(self.rate, inner)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (f"each {unit} joins each step's batch independently with probability {self.rate:.6g} "
                 "(Poisson sampling), independently across steps",)
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         expected = (f" ({self.batch_size:,} of {self.population:,} {unit}s expected per step)"
                     if self.batch_size else "")
         return f"Poisson, rate {self.rate:.6g}{expected}"
 
-    def latex(self):
+    def latex(self) -> str:
         return f"Poisson ($q={self.rate:.4g}$)"
 
-    def _slots(self):
-        return self.population, self.rate, f", each kept with probability {self.rate:.6g}"
+    def _slots(self) -> Tuple[int, float, str]:  # (a plan with a hierarchy states the population)
+        return cast(int, self.population), self.rate, f", each kept with probability {self.rate:.6g}"
+
+
+_B = TypeVar("_B", bound="_Batches")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,13 +134,13 @@ class _Batches(Sampling):
     batch_size: int
     population: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_count("population", self.population, minimum=1)
         if not 0 <= check_count("batch_size", self.batch_size) <= self.population:
             raise ValueError(f"batch_size must be in [0, {self.population}] (population), got {self.batch_size}")
 
     @classmethod
-    def from_table(cls, d: Mapping):
+    def from_table(cls: Type[_B], d: Mapping[str, Any]) -> _B:
         population, batch, rate = _counts(d)
         if rate is not None:
             raise ValueError(f"sampling.rate does not apply to sampling.scheme = '{cls.scheme}': give batch_size and "
@@ -180,19 +188,19 @@ class FixedSize(_TaskSlots, _Batches):
     def step_event(self, inner: ev.Event, sensitivity_factor: float = 2.0) -> ev.FixedSizeSampled:
         return ev.FixedSizeSampled(self.batch_size, self.population, inner, sensitivity_factor)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (f"each step uses a uniformly random subset of exactly {self.batch_size} of the {self.population} "
                 f"{unit}s, drawn without replacement, independently across steps",
                 "under substitution a clipped sum moves by up to 2C, so the noise is analysed at half its "
                 "multiplier (sensitivity doubling)")
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return f"fixed-size without replacement, {self.batch_size:,} of {self.population:,} {unit}s per step"
 
-    def latex(self):
+    def latex(self) -> str:
         return f"fixed ${self.batch_size}/{self.population}$"
 
-    def _slots(self):
+    def _slots(self) -> Tuple[int, float, str]:
         return self.batch_size, 1.0, ""
 
 
@@ -219,19 +227,19 @@ class WithReplacement(_Batches):
     def step_event(self, inner: ev.Event) -> ev.ReplacementSampled:
         return ev.ReplacementSampled(self.batch_size, self.population, inner)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (f"each step draws {self.batch_size} {unit}s independently and uniformly from the {self.population} "
                 f"with replacement (a {unit} drawn k times contributes k clipped copies), independently across steps",
                 f"under add/remove a copy of the {unit} replaces another {unit}'s draw: each copy moves the sum by "
                 "up to 2C, and the worst case (every other contribution opposite) is attained")
 
-    def epsilon_lower(self, unit, relation, inner, steps, delta):
+    def epsilon_lower(self, unit: str, relation: str, inner: ev.Event, steps: int, delta: float) -> Optional[float]:
         return None  # the accountant's lower end is the mechanism's (the pair is attained): the report gives it
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return f"with replacement, {self.batch_size:,} draws from {self.population:,} {unit}s per step"
 
-    def latex(self):
+    def latex(self) -> str:
         return f"with replacement ${self.batch_size}/{self.population}$"
 
 
@@ -249,22 +257,22 @@ class NoSampling(Sampling):
     basis: ClassVar[str] = "the mechanism at every step, no sampling"
 
     @classmethod
-    def from_table(cls, d: Mapping) -> "NoSampling":
+    def from_table(cls, d: Mapping[str, Any]) -> "NoSampling":
         population, batch, rate = _counts(d)
         if rate is not None or batch is not None:
             raise ValueError("sampling.rate and sampling.batch_size do not apply to sampling.scheme = 'none'")
         return cls(population)
 
-    def steps_for_epochs(self, epochs) -> int:
+    def steps_for_epochs(self, epochs: float) -> int:
         return check_count("epochs", check_positive("epochs", epochs), maximum=ev.MAX_COUNT)
 
     def step_event(self, inner: ev.Event) -> ev.Event:
         return inner
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (f"every {unit} contributes to every step (no sampling, no amplification)",)
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return f"none: every {unit} in every step"
 
 
@@ -284,7 +292,7 @@ class Episodic(Sampling):
     hierarchy_use: ClassVar[Optional[str]] = "episodes"
 
     @classmethod
-    def from_table(cls, d: Mapping) -> "Episodic":
+    def from_table(cls, d: Mapping[str, Any]) -> "Episodic":
         extra = [k for k in ("population", "batch_size", "rate") if k in d]
         if extra:
             raise ValueError(f"sampling.{extra[0]} does not apply to sampling.scheme = 'episodic': give "
@@ -293,10 +301,10 @@ class Episodic(Sampling):
             raise ValueError("sampling.episodes (episodes drawn per step) is required for sampling.scheme = 'episodic'")
         return cls(check_count("sampling.episodes", d["episodes"], minimum=1, maximum=ev.MAX_COUNT))
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         return dict(super().to_dict(), episodes=self.episodes)
 
-    def steps_for_epochs(self, epochs) -> int:
+    def steps_for_epochs(self, epochs: float) -> int:
         raise ValueError("epochs does not apply to sampling.scheme = 'episodic' (episodes are drawn afresh): give steps")
 
     def step_event(self, inner: ev.Event) -> ev.Event:
@@ -307,22 +315,24 @@ class Episodic(Sampling):
         """One step for the worst record(s): ``EpisodicSampled(L, P_U, r, inner, shift)`` per Pareto-maximal
         (P_U, r) of the hierarchy; ``shift``: how far one affected episode moves the sum, over C."""
         shift = check_real("shift", shift, low=0.0, low_open=True)
-        return hi.record_events(self.hierarchy, self.episodes, 1.0, shift, inner)
+        return hi.record_events(cast(Hierarchy, self.hierarchy), self.episodes, 1.0, shift, inner)  # (required)
 
     def unit_event(self, inner: ev.Gaussian, shift: float = 2.0) -> ev.Event:
         """One step for a top-level unit (``NonPrivate`` where ``shift`` is infinite)."""
         shift = check_real("shift", shift, low=0.0, low_open=True, allow_inf=True)
-        return hi.top_unit_event(self.hierarchy, self.episodes, inner, shift)
+        return hi.top_unit_event(cast(Hierarchy, self.hierarchy), self.episodes, inner, shift)
 
-    def contributor(self, unit):
+    def contributor(self, unit: str) -> str:
         return "episode"
 
-    def guarantees(self, unit, relation, inner, steps, group_size=None, clipping="per_episode"):
-        h, episodes = self.hierarchy, self.episodes
+    def guarantees(self, unit: str, relation: str, inner: ev.Event, steps: int, group_size: Optional[int] = None,
+                   clipping: str = "per_episode") -> Tuple[Guarantee, ...]:
+        h, episodes = cast(Hierarchy, self.hierarchy), self.episodes  # a plan's hierarchy is required
         shift = hi.episode_shift(h, clipping)
         top = h.levels[0]
+        gaussian = cast(ev.Gaussian, inner)  # (its events are EpisodicSampled, which checks that inner is Gaussian)
         record = Guarantee.of_plan(
-            "record", "add_remove", self.record_events(inner, shift), steps,
+            "record", "add_remove", self.record_events(gaussian, shift), steps,
             f"each step draws {episodes:,} episodes independently through the hierarchy; a record's affected "
             f"episodes each move the sum by <= {shift:g}C; which episodes select the record's unit may show "
             "(metadp.mechanisms.episodic); " + hi.inclusion_facts(h, episodes, steps), unit == "record",
@@ -334,18 +344,18 @@ class Episodic(Sampling):
         else:
             how = (f"a top-level unit ({top.name}) is in each episode with probability {hi.top_rate(h):.6g}; each "
                    f"such episode moves the sum by <= {top_shift:g}C")
-        task = Guarantee.of_plan("task", "add_remove", (self.unit_event(inner, top_shift),), steps, how,
+        task = Guarantee.of_plan("task", "add_remove", (self.unit_event(gaussian, top_shift),), steps, how,
                                  unit == "task", basis=self.basis, citations=self.citations)
         return (record, task) if unit == "record" else (task, record)
 
-    def assumptions(self, unit, how=None):
+    def assumptions(self, unit: str, how: Optional[str] = None) -> Tuple[str, ...]:
         return (how or "episodic sampling",
                 "the hierarchy's draws are independent across episodes and steps; the conditioning on the upper "
                 "levels is the corrected multistage bound (DESIGN.md 3.6, metadp.amplification.multistage), "
                 "verified by exact enumeration (metadp.verify.enumeration)")
 
-    def text(self, unit):
+    def text(self, unit: str) -> str:
         return f"episodic: {self.episodes:,} episodes per step, each drawn level by level through the hierarchy"
 
-    def latex(self):
+    def latex(self) -> str:
         return f"episodic (${self.episodes}$ per step)"

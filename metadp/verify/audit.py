@@ -35,9 +35,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from metadp.core.validation import check_count, check_real
@@ -51,6 +52,9 @@ _DIRECTIONS = ("D||D'", "D'||D")  # (first, second) distribution of the hockey-s
 _ORIENTATIONS = (">", "<")  # event {x > t} or {x < t}
 _GRID = 2048  # candidate thresholds per spacing (uniform and geometric in rank from each end)
 _DIRECT_COUNT = 24  # up to this many events, count by comparisons; beyond, sort the chunk once
+Sampler = Callable[[int, np.random.Generator], np.ndarray]  # (k, rng) -> k outputs, shape (k,)
+Profile = Callable[[np.ndarray], np.ndarray]  # eps -> delta, vectorised
+_Chosen = Tuple[int, int, str, float]  # (eps index, direction, orientation, threshold) of one test
 _LEVEL_FLOOR = 1e-50  # p-value search floor: Boost's beta quantile stays accurate down to ~1e-60 at small k
 
 
@@ -126,7 +130,7 @@ class AuditResult:
                 best = max(best, math.log((t.p_lower - delta) / t.q_upper))
         return best
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         """Plain-data form (JSON-serialisable)."""
         need = self.n_required
         return {"verdict": self.verdict, "n": self.n, "n_explore": self.n_explore, "alpha": self.alpha,
@@ -143,7 +147,8 @@ class AuditResult:
         head = (f"audit: {self.verdict} (alpha={self.alpha:g}, {len(self.tests)} tests, n={self.n:,} per side, "
                 f"explore={self.n_explore:,}); delta_L is a lower confidence bound")
         if self.verdict == "INCONCLUSIVE":
-            need = "no number of" if not math.isfinite(self.n_required) else format_draws(self.n_required)
+            required = cast(float, self.n_required)  # (INCONCLUSIVE: n is below it)
+            need = "no number of" if not math.isfinite(required) else format_draws(required)
             head += f"\n  no violation found, but n is below the {need} draws per side the planner needs"
         cols = (f"{'eps':>8} {'claimed':>11} {'delta_L':>11} {'estimate':>11} {'margin':>11} {'p-value':>9} "
                 f"{'event':>16} {'hits P/Q':>19}")
@@ -162,7 +167,7 @@ def format_draws(n: float) -> str:
     return f"{int(n):,}" if n < 1e9 else format_upper(float(n), 3)
 
 
-def _as_profile(claim, name: str) -> Callable:
+def _as_profile(claim: Union[Profile, DominatingPair], name: str) -> Profile:
     if isinstance(claim, DominatingPair):
         return claim.profile
     if not callable(claim):
@@ -170,7 +175,7 @@ def _as_profile(claim, name: str) -> Callable:
     return claim
 
 
-def _evaluate_claim(profile: Callable, eps: np.ndarray, name: str) -> np.ndarray:
+def _evaluate_claim(profile: Profile, eps: np.ndarray, name: str) -> np.ndarray:
     value = np.asarray(profile(eps), dtype=np.float64)
     if value.shape != eps.shape:
         raise ValueError(f"{name} must return one delta per epsilon (shape {eps.shape}), got shape {value.shape}")
@@ -179,7 +184,7 @@ def _evaluate_claim(profile: Callable, eps: np.ndarray, name: str) -> np.ndarray
     return value
 
 
-def _draw(sampler: Callable, count: int, rng: np.random.Generator, name: str) -> np.ndarray:
+def _draw(sampler: Sampler, count: int, rng: np.random.Generator, name: str) -> np.ndarray:
     x = np.asarray(sampler(count, rng), dtype=np.float64)
     if x.shape != (count,):
         raise ValueError(f"{name}(n, rng) must return an array of shape (n,) = ({count},), got {x.shape}")
@@ -188,7 +193,7 @@ def _draw(sampler: Callable, count: int, rng: np.random.Generator, name: str) ->
     return x
 
 
-def _draw_all(sampler, count, rng, chunk, name) -> np.ndarray:
+def _draw_all(sampler: Sampler, count: int, rng: np.random.Generator, chunk: int, name: str) -> np.ndarray:
     return np.concatenate([_draw(sampler, min(chunk, count - s), rng, name) for s in range(0, count, chunk)])
 
 
@@ -200,7 +205,8 @@ def _wilson(phat: np.ndarray, n: int, z: float, upper: bool) -> np.ndarray:
     return np.clip((centre + half if upper else centre - half) / (1.0 + z2n), 0.0, 1.0)
 
 
-def _explore(xd, xdp, eps, claims, n, level, per_eps):
+def _explore(xd: np.ndarray, xdp: np.ndarray, eps: np.ndarray, claims: Tuple[np.ndarray, np.ndarray], n: int,
+             level: float, per_eps: int) -> List[_Chosen]:
     """Choose the events: returns a list of (eps index, direction, orientation, threshold)."""
     sd, sdp = np.sort(xd), np.sort(xdp)
     pooled = np.sort(np.concatenate([sd, sdp]))
@@ -209,14 +215,14 @@ def _explore(xd, xdp, eps, claims, n, level, per_eps):
     geo = np.geomspace(1.0, max(size / 2.0, 1.0), _GRID)
     ranks = np.concatenate([np.linspace(0.0, size - 1.0, _GRID), geo - 1.0, size - geo])
     cand = np.unique(pooled[np.clip(np.rint(ranks).astype(np.int64), 0, size - 1)])  # (K,)
-    frac = {}
+    frac: Dict[Tuple[str, str], np.ndarray] = {}
     for name, s in (("D", sd), ("D'", sdp)):
         frac[name, ">"] = 1.0 - np.searchsorted(s, cand, "right") / len(s)
         frac[name, "<"] = np.searchsorted(s, cand, "left") / len(s)
     z = float(special.ndtri(1.0 - level))
-    chosen = []
+    chosen: List[_Chosen] = []
     for i, e in enumerate(eps):
-        scored = []
+        scored: List[Tuple[float, int, str, float]] = []
         for d, (first, second) in enumerate((("D", "D'"), ("D'", "D"))):
             for o in _ORIENTATIONS:
                 pred = (_wilson(frac[first, o], n, z, upper=False)
@@ -237,12 +243,14 @@ def _count(x: np.ndarray, gt: np.ndarray, lt: np.ndarray) -> Tuple[np.ndarray, n
     return len(s) - np.searchsorted(s, gt, "right"), np.searchsorted(s, lt, "left")
 
 
-def _p_values(hits_p, hits_q, n, eps, claimed, m) -> np.ndarray:
+def _p_values(hits_p: np.ndarray, hits_q: np.ndarray, n: int, eps: np.ndarray, claimed: np.ndarray,
+              m: int) -> np.ndarray:
     """2 m a*, a* = inf{a : cp_lower(a) - e^eps cp_upper(a) > claimed}, by bisection on log a."""
     hi_level = 1.0 / (2 * m)  # beyond it the adjusted p-value is >= 1 anyway
 
-    def flags(a):
-        return cp_lower(hits_p, n, a) - np.exp(eps) * cp_upper(hits_q, n, a) > claimed
+    def flags(a: np.ndarray) -> np.ndarray:
+        found: np.ndarray = cp_lower(hits_p, n, a) - np.exp(eps) * cp_upper(hits_q, n, a) > claimed
+        return found
 
     lo, hi = np.full(len(eps), math.log(_LEVEL_FLOOR)), np.full(len(eps), math.log(hi_level))
     never, always = ~flags(np.exp(hi)), flags(np.exp(lo))
@@ -254,7 +262,7 @@ def _p_values(hits_p, hits_q, n, eps, claimed, m) -> np.ndarray:
     return np.where(never, 1.0, np.where(always, 2 * m * _LEVEL_FLOOR, p))
 
 
-def _check_epsilons(epsilons) -> np.ndarray:
+def _check_epsilons(epsilons: ArrayLike) -> np.ndarray:
     eps = np.atleast_1d(np.asarray(epsilons, dtype=np.float64))
     if eps.ndim != 1 or eps.size == 0:
         raise ValueError(f"epsilons must be a non-empty 1-d sequence, got shape {eps.shape}")
@@ -265,9 +273,10 @@ def _check_epsilons(epsilons) -> np.ndarray:
     return np.sort(eps)
 
 
-def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilons, *,
-          claimed_profile_reverse=None, n: int = 1_000_000, n_explore: Optional[int] = None,
-          alpha: float = 0.01, tests_per_epsilon: int = 1, rng=None, chunk: int = 1 << 20,
+def audit(sample_d: Sampler, sample_d_prime: Sampler, claimed_profile: Union[Profile, DominatingPair],
+          epsilons: ArrayLike, *, claimed_profile_reverse: Union[Profile, DominatingPair, None] = None,
+          n: int = 1_000_000, n_explore: Optional[int] = None, alpha: float = 0.01, tests_per_epsilon: int = 1,
+          rng: Union[np.random.Generator, int, None] = None, chunk: int = 1 << 20,
           progress: Optional[Callable[[int, int], None]] = None,
           n_required: Optional[float] = None) -> AuditResult:
     """Audit a claimed privacy profile on samples of M(D) and M(D') (module docstring for the method).
@@ -332,22 +341,24 @@ def audit(sample_d: Callable, sample_d_prime: Callable, claimed_profile, epsilon
     return AuditResult(verdict, rows, tests, n, n_explore, alpha, level, n_required)
 
 
-def _checked_callables_and_rng(sample_d, sample_d_prime, progress, n_required, rng) -> np.random.Generator:
+def _checked_callables_and_rng(sample_d: object, sample_d_prime: object, progress: object, n_required: object,
+                               rng: object) -> np.random.Generator:
     """``audit``'s checks of its callables and ``n_required``; the numpy Generator ``rng`` names."""
-    if n_required is not None and not (isinstance(n_required, numbers.Real) and n_required >= 1):
+    if n_required is not None and not (isinstance(n_required, numbers.Real) and cast(float, n_required) >= 1):
         raise ValueError(f"n_required must be None or a number >= 1 (inf allowed), got {n_required!r}")
     if not callable(sample_d) or not callable(sample_d_prime):
         raise ValueError("sample_d and sample_d_prime must be callables (n, rng) -> array of shape (n,)")
     if progress is not None and not callable(progress):
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     if isinstance(rng, numbers.Integral) or rng is None:
-        return np.random.default_rng(rng)
+        return np.random.default_rng(cast(Optional[int], rng))  # an Integral seed or None
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy Generator, an int seed or None, got {rng!r}")
     return rng
 
 
-def _confirm(events, samplers, n: int, rng, chunk: int, progress) -> dict:
+def _confirm(events: Sequence[Tuple[str, float]], samplers: Tuple[Sampler, Sampler], n: int, rng: np.random.Generator,
+             chunk: int, progress: Optional[Callable[[int, int], None]]) -> Dict[str, np.ndarray]:
     """How many of ``n`` fresh draws of M(D) and of M(D') fall in each event ("D", "D'": counts in ``events``'
     order), drawn ``chunk`` at a time."""
     gt = np.array([t for o, t in events if o == ">"])
@@ -365,7 +376,9 @@ def _confirm(events, samplers, n: int, rng, chunk: int, progress) -> dict:
     return counts
 
 
-def _tests(chosen, events, counts, eps, claims, n: int, level: float, m: int) -> Tuple[AuditRow, ...]:
+def _tests(chosen: Sequence[_Chosen], events: Sequence[Tuple[str, float]], counts: Dict[str, np.ndarray],
+           eps: np.ndarray, claims: Tuple[np.ndarray, np.ndarray], n: int, level: float,
+           m: int) -> Tuple[AuditRow, ...]:
     """One row per chosen (eps, direction, orientation, threshold): the Clopper-Pearson lower bound on delta
     at the Bonferroni ``level``, against the claim (``claims``: forward and reverse, at each eps)."""
     forward, reverse = claims
@@ -388,7 +401,8 @@ def _tests(chosen, events, counts, eps, claims, n: int, level: float, m: int) ->
         for k in range(len(chosen)))
 
 
-def audit_pair(pair: DominatingPair, claimed_profile, epsilons, **kwargs) -> AuditResult:
+def audit_pair(pair: DominatingPair, claimed_profile: Union[Profile, DominatingPair], epsilons: ArrayLike,
+               **kwargs: Any) -> AuditResult:
     """:func:`audit` with M(D) ~ pair's P and M(D') ~ pair's Q (``pair.sample(k, rng, "P"/"Q")``).
 
     Args:

@@ -19,11 +19,17 @@ pair), and a noise generator that does not produce C^-1 Z shows up as a law the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, List, cast
+
 import numpy as np
 
 from metadp.banded_noise import plan_coefficients
 from metadp.mechanisms.banded import BandedNoise
+from metadp.sampling.participation import CyclicPoisson, MinSeparation
 from metadp.verify.runs import Pipeline
+
+if TYPE_CHECKING:
+    from metadp.plan import Plan
 
 __all__ = ["banded_pipeline", "MAX_BANDED_STEPS"]
 
@@ -36,55 +42,59 @@ def _apply(c: np.ndarray, y: np.ndarray) -> np.ndarray:
     w = c[0] * y
     for k in range(1, len(c)):
         w[:, k:] += c[k] * y[:, :-k]
-    return w
+    return cast(np.ndarray, w)
 
 
-def banded_pipeline(plan, noise_factor: float = 1.0) -> Pipeline:
+def banded_pipeline(plan: Plan, noise_factor: float = 1.0) -> Pipeline:
     """The pipeline of ``plan`` (a banded plan: ``noise.correlation = "banded"``); ``noise_factor`` scales the
     noise actually streamed (below 1: a control whose claim, the plan's, does not hold)."""
-    n, z = plan.steps, plan.noise.multiplier * noise_factor
+    n, z = plan.steps, cast(float, plan.noise.multiplier) * noise_factor  # (a banded plan's noise is gaussian)
     if n > MAX_BANDED_STEPS:
         raise ValueError(f"metadp verify plan: a banded plan is audited for at most {MAX_BANDED_STEPS} steps (each "
                          f"run streams every step's noise), got {n}")
     c = np.asarray(plan_coefficients(plan))
     b, scheme = len(c), plan.sampling
     if scheme.scheme == "cyclic_poisson":
-        starts = np.arange(0, n, scheme.groups)  # group 0's steps
+        cyclic = cast(CyclicPoisson, scheme)
+        starts = np.arange(0, n, cyclic.groups)  # group 0's steps
         norms = np.array([np.linalg.norm(c[: min(b, n - i)]) for i in starts])
-        q = scheme.rate
+        q = cyclic.rate
 
-        def signal(m, rng, present):
+        def signal(m: int, rng: np.random.Generator, present: bool) -> np.ndarray:
             s = np.zeros((m, n))
             if present:
                 s[:, starts] = rng.random((m, len(starts))) < q
             return s
 
-        def statistic(w):
+        def statistic(w: np.ndarray) -> np.ndarray:
             x = np.stack([w[:, i:i + len(c[: min(b, n - i)])] @ c[: min(b, n - i)] / u
                           for i, u in zip(starts, norms)], axis=1)  # s_i ||u_i|| + z N(0, 1)
             loss = (x * norms - 0.5 * norms**2) / z**2
-            return np.sum(np.logaddexp(np.log1p(-q), np.log(q) + loss), axis=1)
-        how = (f"the canary in group 0 (steps 0, {scheme.groups}, ...), each Poisson-sampled at {q:g}; statistic: the "
+            return cast(np.ndarray, np.sum(np.logaddexp(np.log1p(-q), np.log(q) + loss), axis=1))
+        how = (f"the canary in group 0 (steps 0, {cyclic.groups}, ...), each Poisson-sampled at {q:g}; statistic: the "
                "sum of the per-participation mixture log-ratios of C y projected on each column")
     else:
         s0 = np.zeros(n)
         if scheme.scheme == "none":
             s0[:] = 1.0
         else:
-            k = scheme.participations_in(n)
-            s0[np.arange(k) * scheme.separation] = 1.0
+            separated = cast(MinSeparation, scheme)  # (the banded schemes: none, cyclic_poisson, min_separation)
+            k = separated.participations_in(n)
+            s0[np.arange(k) * separated.separation] = 1.0
         v = _apply(c, s0[None, :])[0]
 
-        def signal(m, rng, present):
+        def signal(m: int, rng: np.random.Generator, present: bool) -> np.ndarray:
             return np.broadcast_to(s0, (m, n)) if present else np.zeros((m, n))
 
-        def statistic(w):
-            return (w @ v) / z**2 - (v @ v) / (2.0 * z**2)
-        how = "the canary in " + ("every step" if scheme.scheme == "none" else f"steps 0, {scheme.separation}, ...") + \
+        def statistic(w: np.ndarray) -> np.ndarray:
+            return cast(np.ndarray, (w @ v) / z**2 - (v @ v) / (2.0 * z**2))
+        how = "the canary in " + ("every step" if scheme.scheme == "none" else
+                                   f"steps 0, {cast(MinSeparation, scheme).separation}, ...") + \
               "; statistic: the log-likelihood ratio of C y"
 
     def runs(count: int, rng: np.random.Generator, present: bool) -> np.ndarray:
-        out, per = [], max(1, _CHUNK // n)  # runs at a time: at most _CHUNK projections in memory
+        out: List[np.ndarray] = []
+        per = max(1, _CHUNK // n)  # runs at a time: at most _CHUNK projections in memory
         for start in range(0, count, per):
             m = min(per, count - start)
             noise = BandedNoise(c, m, rng, sigma=z)

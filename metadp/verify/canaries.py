@@ -51,13 +51,14 @@ import dataclasses
 import math
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 import torch
 
 from metadp.plan import Plan
 from metadp.report import format_lower, format_upper
+from metadp.sampling import Poisson
 from metadp.training.algorithms import functional as F
 from metadp.training.algorithms import models
 from metadp.training.algorithms.contributions import resolve as contribution_of
@@ -68,7 +69,7 @@ from metadp.training import algorithms
 from metadp.verify.canary_bounds import (certified_curve, certified_view, check_audit_plan, predicted_power,
                                          record_bounds)
 from metadp.verify.gradient_canaries import DiracCanaries
-from metadp.verify.one_run import guess_and_bound, mixture_llr
+from metadp.verify.one_run import GuessResult, guess_and_bound, mixture_llr
 from metadp.verify.one_run_fdp import fdp_audit
 
 __all__ = ["DEFECTS", "KINDS", "CanaryAudit", "run_canary_audit", "NOISE_FACTOR", "Canaries", "canary_pool",
@@ -86,7 +87,7 @@ CITATION = ("Steinke, Nasr & Jagielski 2023, Privacy Auditing with One (1) Train
             "theorem and Algorithm 2); white-box gradient scores after Nasr et al. 2023, arXiv:2302.07956")
 
 
-def sinusoid_mse(out, y):
+def sinusoid_mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The sinusoid tasks' loss: mean squared error."""
     return ((out - y) ** 2).mean()
 
@@ -99,10 +100,11 @@ class _Pool:
         self.size = x.shape[0]
         self.device = x.device
 
-    batch = SinusoidPool.batch
-    joint_batch = SinusoidPool.joint_batch
-    record_ids = SinusoidPool.record_ids
-    record_multiplicity = SinusoidPool.record_multiplicity
+    # SinusoidPool's methods, on these tensors (they read only what _Pool has)
+    batch: Callable[..., Any] = SinusoidPool.batch
+    joint_batch: Callable[..., Any] = SinusoidPool.joint_batch
+    record_ids: Callable[..., Any] = SinusoidPool.record_ids
+    record_multiplicity: Callable[..., Any] = SinusoidPool.record_multiplicity
 
     @property
     def query_per_task(self) -> int:
@@ -158,14 +160,14 @@ class AuditSampler:
     ``fixed-order``) a fixed cyclic order of ``batch`` rows a step. ``probabilities`` is the sampling law
     of this step's rows as the auditor knows it."""
 
-    def __init__(self, inner, absent: torch.Tensor, batch: Optional[int]):
+    def __init__(self, inner: Any, absent: torch.Tensor, batch: Optional[int]):
         self.inner, self.absent, self.batch, self._step = inner, absent, batch, 0
         n = absent.numel()
         self.probabilities = torch.full((n,), float(inner.rate), dtype=torch.float64)
 
     def sample(self) -> torch.Tensor:
         if self.batch is None:
-            mask = self.inner.sample()
+            mask: torch.Tensor = self.inner.sample()
         else:
             n = self.absent.numel()
             rows = (self._step * self.batch + torch.arange(self.batch)) % n
@@ -176,10 +178,10 @@ class AuditSampler:
         self.last = mask & ~self.absent  # this step's draw (tests check releases against it)
         return self.last
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         return dict(self.inner.state_dict(), audit_step=self._step)
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         self._step = state.get("audit_step", 0)
         self.inner.load_state_dict(state)
 
@@ -189,17 +191,19 @@ class CanaryAudit:
     tasks, puts gradient canaries' vectors in their rows' contributions, plants ``defect`` (a control, or
     None), and scores the canaries on every release (module docstring)."""
 
-    def __init__(self, canaries: Canaries, model, loss_fn, config: TrainConfig, defect: Optional[str], seed: int):
+    def __init__(self, canaries: Canaries, model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
+                 config: TrainConfig, defect: Optional[str], seed: int):
         if defect is not None and defect not in DEFECTS:
             raise ValueError(f"defect must be one of {sorted(DEFECTS)} or None, got {defect!r}")
         self.k, self.model, self.loss_fn, self.c, self.defect = canaries, model, loss_fn, config, defect
         m = canaries.rows.numel()
         self.scores = np.zeros(m)
         self.steps = 0
-        self.sampler = None
+        self.sampler: Optional[AuditSampler] = None
         self.start = {n: p.detach().clone() for n, p in F.param_dict(model).items()}  # the model before training
         self.names = list(self.start)
-        self.dirac, self._pair = None, None
+        self.dirac: Optional[DiracCanaries] = None
+        self._pair: Optional[Tuple[np.ndarray, np.ndarray]] = None
         if canaries.kind == "gradient":
             self.dirac = DiracCanaries(self.start, canaries.rows, canaries.pool.size, config.clip,
                                        torch.Generator().manual_seed(stream_seed(seed, "gradient-canaries")))
@@ -208,7 +212,7 @@ class CanaryAudit:
             self.dirac.set_run(torch.where(included, 1.0, 0.0 if canaries.view == "task" else -1.0))
 
     # -- the trainer's hooks ---------------------------------------------------------------------
-    def attach(self, run) -> None:
+    def attach(self, run: Any) -> None:
         if not hasattr(run.sampler, "rate") or not hasattr(run.sampler, "pool_size"):
             raise ValueError("the canary audit runs Poisson task sampling (sampling.scheme = 'poisson')")
         absent = torch.zeros(run.sampler.pool_size, dtype=torch.bool)
@@ -216,9 +220,9 @@ class CanaryAudit:
             absent[self.k.rows[torch.as_tensor(~self.k.included)]] = True
         batch = max(1, round(run.expected)) if self.defect == "fixed-order" else None
         self.sampler = run.sampler = AuditSampler(run.sampler, absent, batch)
-        self.threshold = run.policy.threshold
+        self.threshold: float = run.policy.threshold
 
-    def contributions(self, fn):
+    def contributions(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn if self.dirac is None else self.dirac.wrap(fn)
 
     def clipping(self, on: bool) -> bool:
@@ -227,23 +231,23 @@ class CanaryAudit:
     def release_std(self, std: float) -> float:
         return std / NOISE_FACTOR if self.defect == "low-noise" else std
 
-    def observe(self, step, params, release, std) -> None:
+    def observe(self, step: int, params: Dict[str, torch.Tensor], release: Dict[str, torch.Tensor], std: float) -> None:
         self.steps += 1
         self.scores += self._step_llr(params, release, std)
 
     # -- scoring ---------------------------------------------------------------------------------
-    def _clipped(self, grads) -> np.ndarray:
+    def _clipped(self, grads: Dict[str, torch.Tensor]) -> np.ndarray:
         """name -> [B, ...] contributions, clipped as the run clips them, flat in the model's order: [B, P]."""
         if self.defect != "no-clipping" and math.isfinite(self.threshold):
             grads, _ = F.clip(grads, self.threshold, self.c.clip_mode)
         return torch.cat([grads[n].reshape(grads[n].shape[0], -1) for n in self.names], dim=1).double().numpy()
 
-    def _flat(self, pool: _Pool, rows: torch.Tensor, params) -> np.ndarray:
+    def _flat(self, pool: _Pool, rows: torch.Tensor, params: Dict[str, torch.Tensor]) -> np.ndarray:
         alg = self.c.family
         grads, _ = contribution_of(alg)(alg, self.model, params, pool, rows, self.loss_fn, self.c, None)
         return self._clipped(grads)
 
-    def _canary_pair(self, params):
+    def _canary_pair(self, params: Dict[str, torch.Tensor]) -> Tuple[np.ndarray, np.ndarray]:
         """[m, P] clipped contributions of each canary in (a) and out (b) at ``params``."""
         k = self.k
         if self.dirac is not None:  # fixed vectors: computed once
@@ -257,7 +261,7 @@ class CanaryAudit:
         b = self._flat(k.pool_out, k.rows, params) if k.view == "record" else np.zeros_like(a)
         return a, b
 
-    def _step_llr(self, params, release, std) -> np.ndarray:
+    def _step_llr(self, params: Dict[str, torch.Tensor], release: Dict[str, torch.Tensor], std: float) -> np.ndarray:
         """Each canary's log-likelihood ratio, in against out, of this release (module docstring).
 
         The statistic is the whitened (Fisher linear discriminant) projection t_i = d_i' S^-1 (R - E + p_i (a_i +
@@ -270,7 +274,7 @@ class CanaryAudit:
         canary = torch.zeros(n, dtype=torch.bool)
         canary[k.rows] = True
         base_rows = torch.nonzero(~canary).flatten()
-        probs = self.sampler.probabilities.numpy()
+        probs = cast(AuditSampler, self.sampler).probabilities.numpy()  # (attached)
         p_base, p_can = probs[base_rows.numpy()], probs[k.rows.numpy()]
         g = self._flat(k.pool, base_rows, params)  # [N - m, P]
         a, b = self._canary_pair(params)  # [m, P] each
@@ -292,14 +296,14 @@ class CanaryAudit:
         mean_in, mean_out = np.einsum("ij,ij->i", w, a) / s, np.einsum("ij,ij->i", w, b) / s
         return mixture_llr(t, p_can, mean_in, mean_out, np.ones_like(t))
 
-    def final_scores(self, params) -> Dict[str, np.ndarray]:
+    def final_scores(self, params: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
         """The score of the final model alone: ``black_box`` (data canaries) or the move along each
         gradient canary's direction (``final-model``)."""
         if self.dirac is not None:
             return {"final-model": self.dirac.final_model_scores(self.start, params, self.c.family.update_sign)}
         return {"black-box": self.black_box(params)}
 
-    def black_box(self, params) -> np.ndarray:
+    def black_box(self, params: Dict[str, torch.Tensor]) -> np.ndarray:
         """Minus the final model's MAML query loss on each canary's task (with the canary in)."""
         k, c = self.k, self.c
         _, losses = F.per_task_meta_grads_and_losses(self.model, params, k.pool_in.batch(k.rows), self.loss_fn,
@@ -316,7 +320,9 @@ def _config(plan: Plan, algorithm: str, view: str, *, clip: float, outer_lr: Opt
                        clip=clip, seed=seed, checkpoint_every=max(1, plan.steps))
 
 
-def _verdict(plan, view, steps, scores, included, beta, certified):
+def _verdict(plan: Plan, view: str, steps: int, scores: Dict[str, np.ndarray], included: np.ndarray, beta: float,
+             certified: Optional[float]) -> Tuple[Optional[Tuple[np.ndarray, np.ndarray]], float, List[GuessResult],
+                                                int, Dict[str, Any], bool]:
     """(curve, share, epsilon tests, their family, f-DP report, flagged): the verdict's two tests of the claim share
     its level ``beta``: the epsilon-only game, and (task level, where the unit's certified trade-off curve is the
     claim) the f-DP recursion on that curve, half each (``one_run_fdp.fdp_audit``)."""
@@ -332,7 +338,8 @@ def _verdict(plan, view, steps, scores, included, beta, certified):
 def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, view: str = "task",
                      defect: Optional[str] = None, kind: str = "gradient", beta: float = 0.05,
                      amplitude: float = 50.0, clip: float = 1.0, outer_lr: Optional[float] = None, seed: int = 0,
-                     out_dir=None, first_order: bool = True, sizes=(1, 40, 40, 1), power_runs: int = 200) -> Dict:
+                     out_dir: Union[str, Path, None] = None, first_order: bool = True,
+                     sizes: Tuple[int, ...] = (1, 40, 40, 1), power_runs: int = 200) -> Dict[str, Any]:
     """Trains ``plan`` with ``canaries`` canaries (module docstring) and audits the run.
 
     Task view: the plan run itself (``train(..., plan=plan)``). Record view: the same sampling, noise and
@@ -355,7 +362,7 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
     if defect is not None and defect not in DEFECTS:
         raise ValueError(f"defect must be one of {sorted(DEFECTS)}, got {defect!r}")
     check_audit_plan(plan, canaries)
-    population = plan.sampling.population
+    population = cast(int, cast(Poisson, plan.sampling).population)  # (check_audit_plan: Poisson, with one)
     alg = algorithms.get(algorithm)
     if not (alg.private and alg.central_clip):
         raise ValueError(f"the canary audit runs dp-maml or dp-agr (one noisy sum of clipped tasks a step), got "
@@ -368,18 +375,18 @@ def run_canary_audit(plan: Plan, algorithm: str = "dp-maml", *, canaries: int, v
         model = models.MLP(tuple(sizes))
     audit = CanaryAudit(k, model, sinusoid_mse, config, defect, seed)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
+        run_dir = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
         if view == "task":
-            result = train(model, k.pool, sinusoid_mse, config, out, plan=plan, audit=audit)
+            result = train(model, k.pool, sinusoid_mse, config, run_dir, plan=plan, audit=audit)
         else:
             flags = dataclasses.replace(config, sampler="poisson", unit="record")
-            result = train(model, k.pool, sinusoid_mse, flags, out, audit=audit)
+            result = train(model, k.pool, sinusoid_mse, flags, run_dir, audit=audit)
     report = result.report
     certified, accountant, entry = certified_view(report, view)
     scores = {"white-box": audit.scores, **audit.final_scores(result.params)}
     curve, share, tests, family, fdp, flagged = _verdict(plan, view, audit.steps, scores, k.included, beta, certified)
     lower = max(t.epsilon_lower for t in tests)
-    out = {
+    out: Dict[str, Any] = {
         "audit": "one-run canary audit of a training run", "method": CITATION, "algorithm": algorithm,
         "plan": plan.name, "data": "sinusoid", "view": view, "canaries": canaries, "canary_kind": kind,
         "canaries_included": int(k.included.sum()), "steps": audit.steps, "confidence": 1 - beta,

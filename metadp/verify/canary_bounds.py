@@ -19,7 +19,7 @@ bound of a correct run must be at or below both.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from metadp.plan_risk import view_risk
 from metadp.units import unit_views
 from metadp.core import events as ev
 from metadp.report import format_upper
+from metadp.sampling import Poisson
 from metadp.verify.one_run import mixture_llr, simulated_power
 from metadp.verify.one_run_fdp import curve_g, curve_rejects
 
@@ -46,7 +47,7 @@ def check_audit_plan(plan: Plan, canaries: int) -> None:
         raise ValueError("--plan: the canary audit runs task-level plans with a Gaussian noise.multiplier and a fixed "
                          "clip (no count_noise)")
     check_plan_certifies(plan)
-    population = plan.sampling.population
+    population = cast(Poisson, plan.sampling).population  # (checked Poisson above)
     if population is None:
         raise ValueError("--plan: the canary audit needs the plan's sampling.population (it plants its canaries among "
                          "the plan's tasks and counts them against it); a plan given by sampling.rate alone has none: "
@@ -59,7 +60,8 @@ def check_audit_plan(plan: Plan, canaries: int) -> None:
                          f"population), got {canaries}")
 
 
-def certified_view(report: dict, view: str) -> Tuple[Optional[float], Optional[str], Optional[dict]]:
+def certified_view(report: Dict[str, Any],
+                   view: str) -> Tuple[Optional[float], Optional[str], Optional[Dict[str, Any]]]:
     """(epsilon, accountant, the view's entry or None) of ``view`` in a run's ``privacy_report.json``
     (epsilon None: no such guarantee)."""
     entry = next((v for v in report.get("views", ()) if v.get("view") == view), None)
@@ -73,19 +75,21 @@ def certified_view(report: dict, view: str) -> Tuple[Optional[float], Optional[s
     return None, None, entry
 
 
-def record_bounds(plan, noise_multiplier: float, steps: int, delta: float, run_view: Optional[dict]) -> List[Dict]:
+def record_bounds(plan: Plan, noise_multiplier: float, steps: int, delta: float,
+                  run_view: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Both certified record bounds for ``plan`` (module docstring), each an upper bound from the PLD
     accountant over ``steps`` steps. Where the run's own record view (``run_view``, its report entry)
     composed the same event, its ledger's epsilon is used instead of composing it again."""
     scheme = plan.sampling
-    out = []
-    for name, (_, event, basis, _) in (("pool substitution", scheme.pooled_task_record(noise_multiplier, 1)),
+    out: List[Dict[str, Any]] = []
+    for name, (_, pooled, basis, _) in (("pool substitution", scheme.pooled_task_record(noise_multiplier, 1)),
                                        ("sampled tasks revealed", scheme.pooled_record(2.0 / noise_multiplier, 1))):
+        event = cast(ev.Event, pooled)  # (Poisson sampling has both record bounds)
         same = (run_view is not None and run_view.get("event") == event.describe()
                 and run_view.get("charges") == steps and run_view.get("epsilon") is not None)
         relation = run_view.get("relation", "add_remove") if run_view is not None else "add_remove"
-        eps = float(run_view["epsilon"]) if same else certified_epsilon(ev.SelfComposed(event, steps), delta,
-                                                                          relation=relation, accountant="pld")
+        eps = float(cast(Dict[str, Any], run_view)["epsilon"]) if same else certified_epsilon(  # (same: a run view)
+            ev.SelfComposed(event, steps), delta, relation=relation, accountant="pld")
         out.append({"bound": name, "epsilon": eps, "epsilon_display": format_upper(eps), "event": repr(event),
                     "description": event.describe(), "steps": steps, "relation": relation, "basis": basis,
                     "accountant": "pld", "certified_by_the_run": same})
@@ -97,18 +101,19 @@ def record_bounds(plan, noise_multiplier: float, steps: int, delta: float, run_v
 CURVE_FPRS = tuple(np.concatenate([np.geomspace(1e-9, 0.1, 28), np.linspace(0.1, 0.99, 13)[1:]]))
 
 
-def certified_curve(plan, steps: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+def certified_curve(plan: Plan, steps: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """(FPRs, certified upper bounds on the best test's TPR at each) against the plan's own unit over ``steps`` steps
     (``metadp.plan_risk.view_risk``, upper end only): the claim the f-DP audit tests (``one_run_fdp.fdp_audit``);
     None where no curve is certified."""
     view = unit_views(dataclasses.replace(plan, steps=steps))[0]
-    found = view_risk(view.events, view.steps, view.relation, "pld", CURVE_FPRS, lower=False) if view.events else None
+    found = view_risk(view.events, cast(int, view.steps), view.relation, "pld", CURVE_FPRS,
+                      lower=False) if view.events else None
     return None if found is None else (np.asarray(found["fpr"]), np.asarray(found["tpr"]))
 
 
-def predicted_power(plan, noise_multiplier: float, clip: float, m: int, defect: str, certified: float, *,
+def predicted_power(plan: Plan, noise_multiplier: float, clip: float, m: int, defect: str, certified: float, *,
                     beta: float, runs: int, seed: int, shift_in: float, shift_out: float, noise_factor: float,
-                    scorers: int = 2, curve=None) -> float:
+                    scorers: int = 2, curve: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> float:
     """The probability that the game flags ``certified`` in the idealised canary mechanism of ``defect``:
     each canary's per-step projection is ``shift_in`` (included) or ``shift_out`` (excluded) when
     sampled, plus N(0, sigma^2) with the noise as applied (``noise_factor`` times below the ledger's
@@ -116,22 +121,24 @@ def predicted_power(plan, noise_multiplier: float, clip: float, m: int, defect: 
     (they only add variance: the run's power is at most this). ``curve``: the certified curve the verdict also
     tests (``certified_curve``), each game then flagged by either test, as the audit's verdict is."""
     steps, z = plan.steps, noise_multiplier
-    q = plan.sampling.expected_batch / plan.sampling.population
+    scheme = cast(Poisson, plan.sampling)  # (check_audit_plan: Poisson, with a population)
+    q = cast(float, scheme.expected_batch) / cast(int, scheme.population)
     sigma = z * clip / (noise_factor if defect == "low-noise" else 1.0)
-    n = plan.sampling.population
+    n = cast(int, scheme.population)
     batch = max(1, round(q * n))
     cover = np.arange(steps) * batch  # step t of the cyclic order: rows cover[t], ..., cover[t] + batch - 1 (mod n)
 
-    def scores(count, rng, present):
+    def scores(count: int, rng: np.random.Generator, present: bool) -> np.ndarray:
         shift = shift_in if present else shift_out
         if defect == "fixed-order":  # the auditor scores the steps that hold the canary's slot
             slots = rng.integers(0, n, count)
             hits = (((slots[:, None] - cover[None, :]) % n) < batch).sum(axis=1)
             total = rng.standard_normal(count) * sigma * np.sqrt(hits) + shift * hits
-            return ((shift_in - shift_out) * total - 0.5 * (shift_in**2 - shift_out**2) * hits) / sigma**2
+            return cast(np.ndarray,
+                        ((shift_in - shift_out) * total - 0.5 * (shift_in**2 - shift_out**2) * hits) / sigma**2)
         sampled = rng.random((count, steps)) < q
         x = rng.standard_normal((count, steps)) * sigma + shift * sampled
-        return mixture_llr(x, np.full(x.shape, q), shift_in, shift_out, sigma**2).sum(axis=1)
+        return cast(np.ndarray, mixture_llr(x, np.full(x.shape, q), shift_in, shift_out, sigma**2).sum(axis=1))
 
     g = None if curve is None else curve_g(*curve)  # the verdict's second test: the f-DP recursion on the curve
     also = None if g is None else (lambda m_, r, v, level: curve_rejects(m_, r, v, g, level))

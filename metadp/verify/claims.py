@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from metadp.accounting import ACCOUNTANTS, UnsupportedEventError
+from metadp.accounting.registry import Accountant
 from metadp.core.events import Event
 from metadp.core.validation import check_count
 
 __all__ = ["accountant_profile", "tightest_accountant"]
 
 
-def accountant_profile(accountant) -> Callable[[np.ndarray], np.ndarray]:
+def accountant_profile(accountant: Accountant) -> Callable[[np.ndarray], np.ndarray]:
     """delta(eps) of a composed accountant, elementwise over an array of epsilons (upper bounds)."""
 
-    def profile(eps) -> np.ndarray:
+    def profile(eps: Any) -> np.ndarray:
         return np.array([accountant.get_delta(float(e)) for e in np.atleast_1d(eps)])
 
     return profile
 
 
-def tightest_accountant(event: Event, steps: int, *, relation: str):
+def tightest_accountant(event: Event, steps: int, *, relation: str) -> Accountant:
     """The first accountant of PLD, then RDP, that reads ``event``, composed ``steps`` times.
 
     Args:

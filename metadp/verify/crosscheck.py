@@ -21,17 +21,19 @@ are printed rounded down and upper bounds rounded up.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 from metadp.accounting import PldAccountant, RdpAccountant, UnsupportedEventError
 from metadp.core import events as ev
 from metadp.integrations.dp_accounting import default_relation, from_dp_event, load_dp_event, to_dp_event
-from metadp.plan import load_plan
+from metadp.plan import Plan, load_plan
 from metadp.report import format_lower, format_upper
 from metadp.sampling import FixedSize, NoSampling, Poisson
 
 __all__ = ["CrossCheckRow", "CrossCheckTable", "crosscheck_plan", "crosscheck_dp_event"]
 
+_Anchor = Tuple[Optional[float], Optional[float], str]  # an anchor library's (value, value, note)
 _LIBRARIES = ("dp-accounting", "prv-accountant")  # the rows' sources start with these names
 
 
@@ -72,7 +74,7 @@ class CrossCheckTable:
             return "DISAGREEMENT"
         return "all agree" if self.compared else "nothing compared"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"plan": self.plan, "delta": self.delta, "verdict": self.verdict, "agree": self.agree,
                 "compared": list(self.compared), "not_compared": list(self.not_compared),
                 "rows": [dataclasses.asdict(r) for r in self.rows]}
@@ -92,7 +94,7 @@ class CrossCheckTable:
         return "\n".join(lines)
 
 
-def _dp_accounting(plan, step: ev.Event):
+def _dp_accounting(plan: Plan, step: ev.Event) -> _Anchor:
     """(rdp epsilon, pld epsilon) from dp-accounting, or a reason it could not run."""
     try:
         import dp_accounting
@@ -100,7 +102,7 @@ def _dp_accounting(plan, step: ev.Event):
         from dp_accounting.rdp import rdp_privacy_accountant
     except ImportError:
         return None, None, "dp-accounting not installed (pip install \"metadp[crosscheck]\")"
-    z = plan.noise.multiplier
+    z = cast(float, plan.noise.multiplier)  # (a Gaussian plan: crosscheck_plan checks it)
     relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     if isinstance(step, ev.PoissonSampled):
         event = dp_accounting.PoissonSampledDpEvent(step.rate, dp_accounting.GaussianDpEvent(z))
@@ -122,7 +124,7 @@ def _dp_accounting(plan, step: ev.Event):
     return rdp.get_epsilon(plan.delta), pld_eps, ""
 
 
-def _prv(plan, step: ev.Event):
+def _prv(plan: Plan, step: ev.Event) -> _Anchor:
     if not isinstance(step, ev.PoissonSampled):
         return None, None, "prv-accountant: Poisson plans only here"
     try:
@@ -143,10 +145,10 @@ ANCHOR_NOISE = (1e-3, 1e4)
 ANCHOR_STEPS = 10**7
 
 
-def _anchor(run, name: str, plan, step):
+def _anchor(run: Callable[[Plan, ev.Event], _Anchor], name: str, plan: Plan, step: ev.Event) -> _Anchor:
     """``run(plan, step)`` (an anchor library's (value, value, note)), or (None, None, why it was not run):
     outside ANCHOR_NOISE / ANCHOR_STEPS, or when the library itself fails (its error, in one line)."""
-    z = plan.noise.multiplier
+    z = cast(float, plan.noise.multiplier)  # (a Gaussian plan)
     if not (ANCHOR_NOISE[0] <= z <= ANCHOR_NOISE[1]) or plan.steps > ANCHOR_STEPS:
         return None, None, (f"{name} not run: the cross-check runs the anchors on noise multipliers in "
                             f"[{ANCHOR_NOISE[0]:g}, {ANCHOR_NOISE[1]:g}] and at most {ANCHOR_STEPS:,} steps")
@@ -159,13 +161,14 @@ def _anchor(run, name: str, plan, step):
 _OTHERS_IMPLEMENT = (Poisson, FixedSize, NoSampling)  # the sampling dp-accounting and prv-accountant implement
 
 
-def crosscheck_plan(path) -> CrossCheckTable:
+def crosscheck_plan(path: Union[str, Path]) -> CrossCheckTable:
     """The agreement table for a plan file (Gaussian noise; Poisson, fixed-size or no sampling)."""
     plan = load_plan(path)
     if plan.noise.mechanism != "gaussian" or not isinstance(plan.sampling, _OTHERS_IMPLEMENT) or plan.unit == "group":
         raise ValueError("--crosscheck covers Gaussian plans with poisson, fixed or no sampling (the cases the "
                          "other libraries implement)")
-    step, rows = plan.step_event(), []
+    step = plan.step_event()
+    rows: List[CrossCheckRow] = []
     m_rdp = RdpAccountant(plan.relation).compose(step, plan.steps).get_epsilon(plan.delta)
     try:
         bounds = PldAccountant(plan.relation).compose(step, plan.steps).get_epsilon_bounds(plan.delta)
@@ -179,7 +182,9 @@ def crosscheck_plan(path) -> CrossCheckTable:
     return _table(plan.name, plan.delta, rows, m_rdp, m_pld, (d_rdp, d_pld, d_note, pld_note), (p_low, p_up, p_note))
 
 
-def _table(name, delta, rows, m_rdp, m_pld, dp, prv) -> CrossCheckTable:
+def _table(name: str, delta: float, rows: List[CrossCheckRow], m_rdp: float, m_pld: Optional[Tuple[float, float]],
+           dp: Tuple[Optional[float], Optional[float], str, str],
+           prv: Tuple[Optional[float], Optional[float], str]) -> CrossCheckTable:
     """The rows comparing metadp's (RDP epsilon, PLD interval or None) with dp-accounting's
     (rdp, pld, note, pld note) and prv-accountant's (lower, upper, note) numbers."""
     d_rdp, d_pld, d_note, pld_note = dp
@@ -193,7 +198,7 @@ def _table(name, delta, rows, m_rdp, m_pld, dp, prv) -> CrossCheckTable:
             checks.append(bool(m_pld[1] <= d_pld * 1.005 and m_pld[0] <= d_pld * (1 + 1e-9)))
             text = "upper <= 1.005 x dp-acc PLD; lower <= all uppers"
         if p_low is not None:
-            checks.append(bool(m_pld[1] >= p_low and m_pld[0] <= p_up))
+            checks.append(bool(m_pld[1] >= p_low and m_pld[0] <= cast(float, p_up)))  # (prv gives both ends)
             text += "; overlaps prv"
         rows.insert(1, CrossCheckRow("metadp PLD (certified interval)", m_pld[1], m_pld[0], text, all(checks)))
     rows.append(CrossCheckRow("dp-accounting RDP", d_rdp, None, "reference", None, d_note))
@@ -203,7 +208,7 @@ def _table(name, delta, rows, m_rdp, m_pld, dp, prv) -> CrossCheckTable:
     return CrossCheckTable(name, delta, tuple(rows))
 
 
-def crosscheck_dp_event(path, delta: float, *, noise_relative_to: str = "norm_bound") -> CrossCheckTable:
+def crosscheck_dp_event(path: Union[str, Path], delta: float, *, noise_relative_to: str = "norm_bound") -> CrossCheckTable:
     """The agreement table for a dp-accounting event read from JSON (``metadp.integrations.dp_accounting``).
 
     The relation is substitution if the event samples without replacement, else add/remove. dp-accounting
@@ -213,7 +218,8 @@ def crosscheck_dp_event(path, delta: float, *, noise_relative_to: str = "norm_bo
     not run (it covers Poisson plan files only here).
     """
     event = from_dp_event(load_dp_event(path), noise_relative_to=noise_relative_to)
-    relation, rows = default_relation(event), []
+    relation = default_relation(event)
+    rows: List[CrossCheckRow] = []
     m_rdp = RdpAccountant(relation).compose(event).get_epsilon(delta)
     try:
         bounds = PldAccountant(relation).compose(event).get_epsilon_bounds(delta)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Tuple
 
 import numpy as np
 
@@ -16,7 +17,8 @@ _BATCH = 1 << 16  # images released per call: bounded memory
 _BATCH_PIXELS = 1 << 24  # and at most this many pixels per call (128 MiB of float64)
 
 
-def _released_cell(image: np.ndarray, pixel, epsilon: float, cell: int, m: int, k: int, rng) -> np.ndarray:
+def _released_cell(image: np.ndarray, pixel: Tuple[int, int], epsilon: float, cell: int, m: int, k: int,
+                  rng: np.random.Generator) -> np.ndarray:
     out = np.empty(k)
     batch_size = max(1, min(_BATCH, _BATCH_PIXELS // image.size))
     for start in range(0, k, batch_size):

@@ -27,7 +27,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union, cast
 
 from metadp.core.validation import check_count, check_positive, check_real
 from metadp.verify.mixture_divergence import Mixture, gaussian_profile, hockey_stick
@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 Path = Tuple[int, ...]
+Tree = Any  # a leaf count, or a tuple of trees (one per unit): nested to the hierarchy's depth
 
 _MAX_SAMPLES = 200_000  # enumeration guard: beyond this the universe is not "small"
 _FAMILY = (-1, 0, 1)  # constants of the dataset family searched by multistage_check
@@ -49,7 +50,7 @@ class Fixed:
 
     n: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "n", check_count("n", self.n, minimum=1))
 
 
@@ -59,7 +60,7 @@ class Poisson:
 
     p: Fraction
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, (numbers.Rational, float)):
             raise ValueError(f"p must be a rational number in (0, 1], got {self.p!r}")
         if not (math.isfinite(self.p) and 0 < Fraction(self.p) <= 1):
@@ -70,7 +71,7 @@ class Poisson:
 Draw = Union[Fixed, Poisson]
 
 
-def _normalise(units, name: str):
+def _normalise(units: object, name: str) -> Tuple[Tree, int]:
     """Nested lists/tuples of leaf counts -> (nested tuples, depth)."""
     if isinstance(units, numbers.Integral) and not isinstance(units, bool):
         return check_count(name, units, minimum=1), 1
@@ -96,10 +97,10 @@ class Hierarchy:
         ValueError: ragged nesting, counts < 1, wrong number of draws, or n larger than a unit.
     """
 
-    units: tuple
+    units: Tuple[Tree, ...]
     draws: Tuple[Draw, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         tree, depth = _normalise(self.units, "units")
         if isinstance(tree, int):
             raise ValueError(f"units must be a tuple of units, got {self.units!r}")
@@ -119,13 +120,13 @@ class Hierarchy:
         return len(self.draws)
 
 
-def _children(tree, path: Path) -> int:
+def _children(tree: Tree, path: Path) -> int:
     for i in path:
         tree = tree[i]
     return tree if isinstance(tree, int) else len(tree)
 
 
-def _nodes(tree, level: int) -> List[Path]:
+def _nodes(tree: Tree, level: int) -> List[Path]:
     """All paths of length ``level`` (level 0: the root ``()``), in lexicographic order."""
     paths: List[Path] = [()]
     for _ in range(level):
@@ -208,7 +209,7 @@ def sample_distribution(h: Hierarchy) -> List[Tuple[Fraction, Tuple[Path, ...]]]
     return [(prob, leaves) for leaves, prob in merged.items()]
 
 
-def _mixture(samples, values: Mapping[Path, Fraction]) -> Mixture:
+def _mixture(samples: Sequence[Tuple[Fraction, Tuple[Path, ...]]], values: Mapping[Path, Fraction]) -> Mixture:
     merged: Dict[Fraction, Fraction] = {}
     for prob, leaves in samples:
         mean = sum((values[p] for p in leaves), Fraction(0))
@@ -255,14 +256,14 @@ class CheckRow:
     worst: str
 
 
-def _shrink(tree, unit: Path):
+def _shrink(tree: Tree, unit: Path) -> Tree:
     """The tree with the ultimate unit ``unit`` one element smaller."""
     if not unit:
         return tree - 1
     return tuple(_shrink(t, unit[1:]) if i == unit[0] else t for i, t in enumerate(tree))
 
 
-def _cases(h: Hierarchy, neighbours: str):
+def _cases(h: Hierarchy, neighbours: str) -> Iterator[Tuple[Path, str, Mixture, Mixture]]:
     """Yields (ultimate unit, label, mixture of D, mixture of D') over the searched family.
 
     Family: the element that changes is the last of its unit (elements of a unit are exchangeable
@@ -328,7 +329,7 @@ def multistage_check(h: Hierarchy, sigma: float, eps_grid: Sequence[float], *, n
     sigma = check_positive("sigma", sigma)
     grid = [check_real(f"eps_grid[{i}]", e, low=0.0) for i, e in enumerate(eps_grid)]
     eta, _ = max_inclusion(h)
-    cases = []
+    cases: List[Tuple[float, float, str, Mixture, Mixture]] = []
     for unit, label, mix, mix2 in _cases(h, neighbours):
         last_rate = _rate(h, unit + (0,))
         gamma = _path_probability(h, unit) * last_rate
@@ -340,9 +341,10 @@ def multistage_check(h: Hierarchy, sigma: float, eps_grid: Sequence[float], *, n
     return [_check_row(cases, sigma, eps, gaussian_profile(sensitivity, sigma, eps)) for eps in grid]
 
 
-def _check_row(cases, sigma: float, eps: float, base: float) -> CheckRow:
+def _check_row(cases: Sequence[Tuple[float, float, str, Mixture, Mixture]], sigma: float, eps: float,
+               base: float) -> CheckRow:
     """The worst pair at one eps; each case is (rate in eps', factor on delta, label, mix D, mix D')."""
-    best = None
+    best: Union[CheckRow, None] = None
     for rate, factor, label, mix, mix2 in cases:
         eps_p = math.log1p(rate * math.expm1(eps))
         claimed = factor * base
@@ -351,4 +353,4 @@ def _check_row(cases, sigma: float, eps: float, base: float) -> CheckRow:
             ratio = exact / claimed if claimed > 0 else (math.inf if exact > 0 else 0.0)
             if best is None or ratio > best.ratio:
                 best = CheckRow(eps, eps_p, exact, claimed, ratio, f"{label} {direction}")
-    return best
+    return cast(CheckRow, best)  # (cases is not empty)

@@ -22,6 +22,7 @@ import dataclasses
 from typing import List, Optional, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 
 from metadp.core.validation import check_count, check_probability, check_real
@@ -54,11 +55,11 @@ class FidelityResult:
 Component = Tuple[str, float, float]  # (description, statistic, p-value)
 
 
-def _check_alpha(alpha) -> float:
+def _check_alpha(alpha: float) -> float:
     return check_real("alpha", alpha, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def _check_mask(mask) -> np.ndarray:
+def _check_mask(mask: ArrayLike) -> np.ndarray:
     """A 2-D (steps, units) boolean array; 0/1 integers are accepted."""
     m = np.asarray(mask)
     if m.ndim != 2 or m.size == 0:
@@ -122,7 +123,7 @@ def _breach(count: int, detail: str) -> FidelityResult:
     return FidelityResult(False, 0.0, float(count), detail)
 
 
-def _degenerate(values: np.ndarray, required, what: str) -> FidelityResult:
+def _degenerate(values: np.ndarray, required: float, what: str) -> FidelityResult:
     """The exact check of a deterministic law: every entry must equal ``required``."""
     wrong = int(np.count_nonzero(values != required))
     if wrong:
@@ -130,7 +131,7 @@ def _degenerate(values: np.ndarray, required, what: str) -> FidelityResult:
     return FidelityResult(True, 1.0, 0.0, f"{what}: every entry is {required}, as required")
 
 
-def poisson_inclusion_test(mask, rate, alpha=1e-3) -> FidelityResult:
+def poisson_inclusion_test(mask: ArrayLike, rate: float, alpha: float = 1e-3) -> FidelityResult:
     """Poisson sampling: every (step, unit) included independently with probability q (DESIGN.md 3.2).
 
     Components: the total count against Binomial(steps x units, q) (exact two-sided test), the per-step
@@ -165,7 +166,7 @@ def poisson_inclusion_test(mask, rate, alpha=1e-3) -> FidelityResult:
     return _combine(components, alpha)
 
 
-def fixed_size_test(mask, batch, alpha=1e-3) -> FidelityResult:
+def fixed_size_test(mask: ArrayLike, batch: int, alpha: float = 1e-3) -> FidelityResult:
     """Fixed-size sampling: every step a uniformly random subset of exactly m of the n units (DESIGN.md 3.3).
 
     Exact: every row sums to m. Then each unit's count, Binomial(steps, m/n) marginally, by a chi-square
@@ -204,7 +205,8 @@ def fixed_size_test(mask, batch, alpha=1e-3) -> FidelityResult:
     return dataclasses.replace(result, detail=f"every step has exactly {batch} units; " + result.detail)
 
 
-def one_pass_test(mask, steps_per_pass: Optional[int] = None, scheme: str = "any", alpha=1e-3) -> FidelityResult:
+def one_pass_test(mask: ArrayLike, steps_per_pass: Optional[int] = None, scheme: str = "any",
+                  alpha: float = 1e-3) -> FidelityResult:
     """One pass over the units: within each pass of k steps, every unit appears exactly once (DESIGN.md 3.9).
 
     Exact: every unit once per pass. Then the step each unit lands on, pooled over units and passes,
@@ -265,7 +267,7 @@ def one_pass_test(mask, steps_per_pass: Optional[int] = None, scheme: str = "any
     return dataclasses.replace(result, detail=header + "; " + result.detail)
 
 
-def episodic_multiplicity_test(counts, episodes, eta, alpha=1e-3) -> FidelityResult:
+def episodic_multiplicity_test(counts: ArrayLike, episodes: int, eta: float, alpha: float = 1e-3) -> FidelityResult:
     """Episodic sampling seen from one record: the number of a step's L episodes that contain it is
     K ~ Binomial(L, eta), independently over steps (DESIGN.md 3.7).
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, cast
 
 import numpy as np
 from scipy import optimize, special
@@ -74,10 +74,12 @@ def _gaussian_bins(mean: float, z: float, edges: np.ndarray) -> np.ndarray:
     CDF difference in the upper tail cancels to 0 where the masses are still far above underflow)."""
     x = (np.asarray(edges, dtype=np.float64) - mean) / z
     lo, hi = x[:-1], x[1:]
-    return np.where(hi <= 0.0, special.ndtr(hi) - special.ndtr(lo), special.ndtr(-lo) - special.ndtr(-hi))
+    return cast(np.ndarray, np.where(hi <= 0.0, special.ndtr(hi) - special.ndtr(lo),
+                                     special.ndtr(-lo) - special.ndtr(-hi)))
 
 
-def configuration_masses(v: float, u: float, w: float, rate: float, z: float, edges: np.ndarray):
+def configuration_masses(v: float, u: float, w: float, rate: float, z: float,
+                         edges: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """(P, Q) binned on ``edges``: one step of the one-line configuration (module docstring)."""
     for name, x in (("v", v), ("u", u), ("w", w)):
         if not -1.0 <= x <= 1.0:
@@ -99,17 +101,17 @@ def mechanism_masses(contributions: Sequence[float], batch: int, z: float, edges
         raise ValueError(f"{count:,} batches is too many to enumerate; use a smaller dataset")
     batches = list(itertools.combinations(range(len(c)), m))
     sums = np.array([c[list(b)].sum() for b in batches])
-    return sum(_gaussian_bins(s, z, edges) for s in sums) / len(batches)
+    return cast(np.ndarray, sum(_gaussian_bins(s, z, edges) for s in sums) / len(batches))  # (a sum of arrays)
 
 
-def _losses(p: np.ndarray, q: np.ndarray):
+def _losses(p: np.ndarray, q: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     keep = (p > 0.0) & (q > 0.0)
     if np.any(p[~keep] > 1e-300):  # a P-mass where Q has none: an infinite loss the estimate would drop
         raise ValueError("P has mass where Q has none at this binning")
     return np.log(p[keep]) - np.log(q[keep]), p[keep]
 
 
-def _solve(delta_of, delta: float, top: float = 200.0) -> float:
+def _solve(delta_of: Callable[[float], float], delta: float, top: float = 200.0) -> float:
     if delta_of(0.0) <= delta:
         return 0.0
     if delta_of(top) > delta:
@@ -117,7 +119,7 @@ def _solve(delta_of, delta: float, top: float = 200.0) -> float:
     return float(optimize.brentq(lambda e: delta_of(e) - delta, 0.0, top, xtol=1e-10))
 
 
-def _composed_epsilon(p, q, steps: int, delta: float, spacing: float, width: float) -> float:
+def _composed_epsilon(p: np.ndarray, q: np.ndarray, steps: int, delta: float, spacing: float, width: float) -> float:
     """Estimated epsilon of (P^T, Q^T): the loss rounded to the nearest point of a lattice around its mean."""
     loss, mass = _losses(p, q)
     mean = float(np.sum(mass * loss))
@@ -142,11 +144,13 @@ def configuration_epsilon(v: float, u: float, w: float, rate: float, z: float, s
 
 
 def search_configurations(rate: float, z: float, steps: int, delta: float,
-                          values: Sequence[float] = (-1.0, -0.5, 0.0, 0.5, 1.0), **options) -> List[Configuration]:
+                          values: Sequence[float] = (-1.0, -0.5, 0.0, 0.5, 1.0),
+                          **options: Any) -> List[Configuration]:
     """Every one-line configuration on the grid ``values`` (v, u, w), ranked by estimated epsilon, largest
     first. Mirror images (v, u, w) -> (-v, -u, -w) and swapped orders (u <-> w) are the same mechanism up to
     a reflection or the order of the neighbours, so each is computed once."""
-    seen, found = set(), []
+    seen: Set[Tuple[float, float, float]] = set()
+    found: List[Configuration] = []
     for v, u, w in itertools.product(values, repeat=3):
         key = min((v, u, w), (-v, -u, -w), (v, w, u), (-v, -w, -u))
         if u == w or key in seen:
@@ -188,9 +192,9 @@ def adaptive_two_step_epsilon(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], de
     for p, q in pairs:
         envelope = np.maximum(envelope, [np.sum(np.maximum(p - math.exp(e) * q, 0.0)) for e in orders])
 
-    def second(x):  # max_k delta_k(x); beyond the lattice: 1 - e^x below (every delta_k >= it), 0 above
+    def second(x: np.ndarray) -> np.ndarray:  # max_k delta_k(x); beyond the lattice: 1 - e^x below (every delta_k >= it), 0 above
         inside = np.interp(x, orders, envelope, right=0.0)
-        return np.where(x < orders[0], -np.expm1(np.minimum(x, 0.0)), inside)
+        return cast(np.ndarray, np.where(x < orders[0], -np.expm1(np.minimum(x, 0.0)), inside))
 
     best = 0.0
     for p, q in pairs:
@@ -200,7 +204,8 @@ def adaptive_two_step_epsilon(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], de
 
 
 def adaptive_epsilon(pairs: Sequence[Tuple[np.ndarray, np.ndarray]], steps: int, delta: float, *,
-                     spacing: float = 1e-3, low: float = -40.0, high: float = 60.0, progress=None) -> float:
+                     spacing: float = 1e-3, low: float = -40.0, high: float = 60.0,
+                     progress: Optional[Callable[[int], None]] = None) -> float:
     """Estimated epsilon of ``steps`` steps where each step's configuration is any of ``pairs``, chosen
     after seeing every earlier release (the adversary of adaptive composition, restricted to this menu).
 

@@ -29,7 +29,7 @@ score: the final parameters' move along u_i, against the update's sign.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Callable, Dict, Optional, cast
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ class DiracCanaries:
         self.slot = torch.full((population,), -1, dtype=torch.long)  # pool row -> canary index, -1: none
         self.slot[rows] = torch.arange(m)
         self.norm = GRADIENT_NORM * clip
-        self._rows_value = None
+        self._rows_value: Optional[Dict[str, torch.Tensor]] = None
 
     def unflatten(self, flat: torch.Tensor) -> Dict[str, torch.Tensor]:
         """[B, P] -> name -> [B, *shape], in the model's parameter order."""
@@ -81,10 +81,11 @@ class DiracCanaries:
         """What each canary row contributes in this run (+1: in, -1: minus the in vector, 0: nothing)."""
         self._rows_value = self.vectors(coefficients)
 
-    def wrap(self, fn):
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The contribution function ``fn`` with the canary rows' contributions replaced (the trainer's
         ``audit.contributions`` hook: its clip, sum and noise then run on them)."""
-        def with_canaries(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+        def with_canaries(alg: Any, model: Any, params: Any, pool: Any, rows: Any, loss_fn: Any, c: Any,
+                          noise_gen: Any) -> Any:
             contributions, losses = fn(alg, model, params, pool, rows, loss_fn, c, noise_gen)
             slot = self.slot[rows.cpu()]
             hit = slot >= 0
@@ -93,7 +94,8 @@ class DiracCanaries:
             out = {}
             for name, v in contributions.items():
                 v = v.clone()
-                v[hit.to(v.device)] = self._rows_value[name][slot[hit]].to(dtype=v.dtype, device=v.device)
+                value = cast(Dict[str, torch.Tensor], self._rows_value)[name]  # (set_run set it)
+                v[hit.to(v.device)] = value[slot[hit]].to(dtype=v.dtype, device=v.device)
                 out[name] = v
             return out, losses
         return with_canaries

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Dict, List, Tuple
+from typing import Dict, List, Tuple, cast
 
 import numpy as np
 from scipy import optimize, special
@@ -26,7 +26,7 @@ def _lse(xs: List[float]) -> float:
     return top + math.log(sum(math.exp(x - top) for x in xs))
 
 
-def _exp_sum_zeros(signs, slopes, logs, lo: float, hi: float) -> List[float]:
+def _exp_sum_zeros(signs: List[float], slopes: List[float], logs: List[float], lo: float, hi: float) -> List[float]:
     """Zeros in [lo, hi] of g(u) = sum_k s_k exp(b_k u + l_k), slopes b_k strictly increasing.
 
     Rolle: g e^{-b_0 u} has derivative sum_{k>=1} s_k (b_k - b_0) exp((b_k - b_0) u + l_k), an
@@ -56,7 +56,7 @@ def _exp_sum_zeros(signs, slopes, logs, lo: float, hi: float) -> List[float]:
 
 def _phi_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Phi(b) - Phi(a) for a <= b, from the tail that avoids cancellation."""
-    return np.where(a > 0, special.ndtr(-a) - special.ndtr(-b), special.ndtr(b) - special.ndtr(a))
+    return cast(np.ndarray, np.where(a > 0, special.ndtr(-a) - special.ndtr(-b), special.ndtr(b) - special.ndtr(a)))
 
 
 def hockey_stick(p: Mixture, q: Mixture, sigma: float, epsilon: float) -> float:
@@ -77,8 +77,8 @@ def hockey_stick(p: Mixture, q: Mixture, sigma: float, epsilon: float) -> float:
     alpha = math.exp(check_real("epsilon", epsilon))
     coef: Dict[float, float] = {}
     for mixture, scale in ((p, 1.0), (q, -alpha)):
-        for w, m in mixture:
-            w, m = check_real("weight", w, low=0.0), check_real("mean", m) / sigma
+        for weight, mean in mixture:
+            w, m = check_real("weight", weight, low=0.0), check_real("mean", mean) / sigma
             coef[m] = coef.get(m, 0.0) + scale * w
     mu = np.array(sorted(m for m, c in coef.items() if c != 0.0))
     if len(mu) == 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, Callable, Optional, Tuple, cast
 
 import numpy as np
 from scipy import special
@@ -18,24 +19,25 @@ __all__ = ["shuffle_pipeline", "balls_in_bins_pipeline"]
 
 
 def _allocation_statistic(per_pass: int, present_shift: float, absent_shift: float, sigma: float,
-                          x: np.ndarray, side) -> np.ndarray:
+                          x: np.ndarray, side: Any) -> np.ndarray:
     """Exact log-likelihood ratio of passes in which one uniformly random step of ``per_pass`` carries
     ``present_shift`` under D and ``absent_shift`` under D' (DESIGN.md 3.9):
     sum over passes of log sum_t e^{(a x_t - a^2/2)/sigma^2} - log sum_t e^{(c x_t - c^2/2)/sigma^2}."""
     blocks = x.reshape(x.shape[0], -1, per_pass)  # (m, passes, steps per pass)
 
-    def log_mean(shift):
+    def log_mean(shift: float) -> Any:  # (m, passes), or 0
         if shift == 0.0:
             return 0.0
         return special.logsumexp((shift * blocks - 0.5 * shift**2) / sigma**2, axis=-1) - math.log(per_pass)
 
-    return np.sum(log_mean(present_shift) - log_mean(absent_shift), axis=-1)
+    return cast(np.ndarray, np.sum(log_mean(present_shift) - log_mean(absent_shift), axis=-1))
 
 
-def _one_pass(per_pass: int, passes: int, z: float, background: float, statistic_pair, what: str,
+def _one_pass(per_pass: int, passes: int, z: float, background: float, statistic_pair: Any, what: str,
               relation: str) -> Pipeline:
     T = per_pass * passes
     present_shift, absent_shift = 1.0 - background, -background
+    statistic: Callable[[np.ndarray, Any], np.ndarray]  # (x (m, T), side) -> (m,)
     if statistic_pair is None:
         statistic = functools.partial(_allocation_statistic, per_pass, present_shift, absent_shift, z)
         name = "the exact per-pass log-likelihood ratio"
@@ -43,7 +45,7 @@ def _one_pass(per_pass: int, passes: int, z: float, background: float, statistic
         statistic = functools.partial(per_step_statistic, check_pair(statistic_pair))
         name = "per-step log-ratios of " + pair_name(statistic_pair)
 
-    def signal(m, rng, present):
+    def signal(m: int, rng: np.random.Generator, present: bool) -> Tuple[Optional[np.ndarray], Any]:
         value = present_shift if present else absent_shift
         if value == 0.0:
             return None, None
@@ -56,7 +58,8 @@ def _one_pass(per_pass: int, passes: int, z: float, background: float, statistic
     return make_pipeline(design, f"{what}, Gaussian sum (z = {z:g}), {T} steps; statistic: {name}", relation)
 
 
-def shuffle_pipeline(population, batch, noise, passes, background=0.0, statistic_pair=None) -> Pipeline:
+def shuffle_pipeline(population: int, batch: int, noise: float, passes: int, background: float = 0.0,
+                     statistic_pair: Any = None) -> Pipeline:
     """Passes over a shuffled equal partition: each pass cuts a fresh random order of the n units into
     n/m batches of m, one step each (DESIGN.md 3.9(b)), so the canary is in exactly one uniformly
     random step per pass.
@@ -93,7 +96,7 @@ def shuffle_pipeline(population, batch, noise, passes, background=0.0, statistic
                      f"{b:g} C", relation)
 
 
-def balls_in_bins_pipeline(T, noise, passes=1, statistic_pair=None) -> Pipeline:
+def balls_in_bins_pipeline(T: int, noise: float, passes: int = 1, statistic_pair: Any = None) -> Pipeline:
     """Random allocation: in each pass the canary joins one uniformly random step of T (DESIGN.md 3.9(a);
     Chua et al. 2025, arXiv:2412.16802; Feldman & Shenfeld 2025, arXiv:2502.08202).
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 from scipy import special, stats
 
+from metadp.core._typing import FloatOrArray
 from metadp.core.validation import check_count, check_probability, check_real
 
 __all__ = ["p_value", "epsilon_lower_bound", "guess_grid", "GuessResult", "guesses", "guess_and_bound", "simulated_power",
@@ -37,7 +38,7 @@ __all__ = ["p_value", "epsilon_lower_bound", "guess_grid", "GuessResult", "guess
 _EPS_MAX = 60.0  # p in float64 is 1 - 9e-27 here: every finite v <= r is then consistent (p-value ~ 1)
 
 
-def _check_counts(m, r, v) -> Tuple[int, int, int]:
+def _check_counts(m: object, r: object, v: object) -> Tuple[int, int, int]:
     m = check_count("m", m, minimum=1)
     r = check_count("r", r)
     v = check_count("v", v)
@@ -122,7 +123,7 @@ def _correct(scores: np.ndarray, included: np.ndarray, k: int) -> int:
     return int(included[order[-k:]].sum() + (~included[order[:k]]).sum())
 
 
-def guesses(scores: Dict[str, np.ndarray], included) -> Tuple[int, int, List[Tuple[str, List[Tuple[int, int]]]]]:
+def guesses(scores: Dict[str, np.ndarray], included: np.ndarray) -> Tuple[int, int, List[Tuple[str, List[Tuple[int, int]]]]]:
     """(m, tests, [(scorer, [(k, correct guesses) for k in guess_grid(m)])]): every test of the Bonferroni family
     (one per scorer and k), each scorer's scores checked (m finite numbers)."""
     included = np.asarray(included, dtype=bool)
@@ -163,12 +164,14 @@ def guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta
             pv = p_value(m, 2 * k, v, claimed_epsilon, delta) if claimed_epsilon is not None else math.nan
             if best is None or eps > best.epsilon_lower or (eps == best.epsilon_lower and pv < best.p_value_at_claim):
                 best = GuessResult(name, k, 2 * k, v, eps, pv)
-        out.append(best)
+        out.append(cast(GuessResult, best))  # (the guess grid is not empty)
     return out, tests
 
 
-def simulated_power(score_in, score_out, m: int, claimed_epsilon: float, *, beta: float, delta: float,
-                    scorers: int = 1, runs: int = 200, seed: int = 0, also=None) -> float:
+def simulated_power(score_in: Callable[[int, np.random.Generator], np.ndarray],
+                    score_out: Callable[[int, np.random.Generator], np.ndarray], m: int, claimed_epsilon: float, *,
+                    beta: float, delta: float, scorers: int = 1, runs: int = 200, seed: int = 0,
+                    also: Optional[Callable[[int, int, int, float], bool]] = None) -> float:
     """Probability that the game flags ``claimed_epsilon`` (some test's p-value below its level) when the
     included canaries' scores are draws of ``score_in(n, rng)`` and the others of ``score_out(n, rng)``:
     a Monte Carlo prediction (``runs`` games) of an audit's power, for the idealised score laws a
@@ -193,7 +196,8 @@ def simulated_power(score_in, score_out, m: int, claimed_epsilon: float, *, beta
 
 
 
-def mixture_llr(y, p, mean_in, mean_out, var) -> np.ndarray:
+def mixture_llr(y: FloatOrArray, p: FloatOrArray, mean_in: FloatOrArray, mean_out: FloatOrArray,
+                var: FloatOrArray) -> np.ndarray:
     """log of [(1-p) N(y; 0, var) + p N(y; mean_in, var)] / [(1-p) N(y; 0, var) + p N(y; mean_out, var)]:
     the log-likelihood ratio, canary in against out, of one projected release when the canary is sampled
     with probability p (0 where p = 0)."""

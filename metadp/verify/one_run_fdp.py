@@ -57,10 +57,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import mpmath
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from metadp.accounting._pld_gaussian import gaussian_epsilon_bounds
@@ -118,7 +119,7 @@ def _g_lower(y: float, mu: float) -> float:
     return _down(float(special.ndtr(t)) * (1.0 - float(ndtr_error(t))))
 
 
-def _rejects(m: int, r: int, v: int, g, tau: float) -> bool:
+def _rejects(m: int, r: int, v: int, g: Callable[[float], float], tau: float) -> bool:
     """Whether the recursion (module docstring) started at tau ends above r / m: then P[W >= v] < tau. ``g``:
     y -> a certified lower bound on fbar^-1(y) (``_gaussian_g`` for mu-GDP, ``curve_g`` for a certified curve)."""
     limit = math.nextafter(r / m, math.inf)
@@ -136,11 +137,11 @@ def _rejects(m: int, r: int, v: int, g, tau: float) -> bool:
     return _down(x + h) > limit
 
 
-def _gaussian_g(mu: float):
+def _gaussian_g(mu: float) -> Callable[[float], float]:
     return lambda y: _g_lower(y, mu)
 
 
-def curve_g(fprs, tprs):
+def curve_g(fprs: ArrayLike, tprs: ArrayLike) -> Callable[[float], float]:
     """A certified lower bound on fbar^-1 from a certified *upper* bound on a trade-off curve: ``tprs[j]`` bounds
     the best test's TPR at FPR ``fprs[j]`` from above (``metadp.accounting.risk``), fprs increasing. Then g(y) = the
     largest fprs[j] with tprs[j] < y (0 if none): every FPR a <= fprs[j] has fbar(a) <= fbar(fprs[j]) <= tprs[j] <
@@ -157,20 +158,20 @@ def curve_g(fprs, tprs):
     return g
 
 
-def curve_p_value(m: int, r: int, v: int, g, *, rtol: float = 1e-7) -> float:
+def curve_p_value(m: int, r: int, v: int, g: Callable[[float], float], *, rtol: float = 1e-7) -> float:
     """``fdp_p_value`` for the trade-off curve whose fbar^-1 ``g`` bounds from below (``curve_g``)."""
     m, r, v = _check_counts(m, r, v)
     return _least_tau(m, r, v, g, check_real("rtol", rtol, low=0.0, high=1.0, low_open=True, high_open=True))
 
 
-def curve_rejects(m: int, r: int, v: int, g, beta: float) -> bool:
+def curve_rejects(m: int, r: int, v: int, g: Callable[[float], float], beta: float) -> bool:
     """Whether v correct guesses out of r (m canaries) reject the curve whose fbar^-1 ``g`` bounds (``curve_g``)
     at level ``beta``: one pass of the recursion (what ``curve_p_value`` bisects)."""
     m, r, v = _check_counts(m, r, v)
     return v > 0 and _rejects(m, r, v, g, beta)
 
 
-def _least_tau(m, r, v, g, rtol) -> float:
+def _least_tau(m: int, r: int, v: int, g: Callable[[float], float], rtol: float) -> float:
     """The least tau the recursion certifies (bisection on log tau keeping a certified tau; ``fdp_p_value``)."""
     if v == 0 or not _rejects(m, r, v, g, 1.0):
         return 1.0
@@ -274,7 +275,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     with mpmath.workdps(60):
         mp_mu, target = mpmath.mpf(mu), mpmath.mpf(delta)
 
-        def excess(eps):  # delta(eps) - delta, decreasing in eps
+        def excess(eps: Any) -> Any:  # delta(eps) - delta, decreasing in eps (mpmath numbers)
             return (mpmath.ncdf(-eps / mp_mu + mp_mu / 2)
                     - mpmath.exp(eps) * mpmath.ncdf(-eps / mp_mu - mp_mu / 2) - target)
 
@@ -327,20 +328,20 @@ def fdp_guess_and_bound(scores: Dict[str, np.ndarray], included: np.ndarray, *, 
         raise ValueError("scores must name at least one scorer, got none")
     m, tests, counts = guesses(scores, included)
     level = beta / tests
-    out = []
+    out: List[FdpGuessResult] = []
     for name, found in counts:
-        best = None
+        best: Optional[Tuple[int, int, float]] = None
         for k, v in found:
             mu = mu_lower_bound(m, 2 * k, v, level)
             if best is None or mu > best[2]:
                 best = (k, v, mu)
-        k, v, mu = best
+        k, v, mu = cast(Tuple[int, int, float], best)  # (the guess grid is not empty)
         out.append(FdpGuessResult(name, k, 2 * k, v, mu, gdp_epsilon(mu, delta)))
     return out, tests
 
 
 def fdp_audit(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta: float, delta: float,
-              curve=None) -> Dict:
+              curve: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> Dict[str, Any]:
     """The f-DP part of a one-run audit (``metadp verify run``), as JSON:
 
     * ``gaussian``: ``fdp_guess_and_bound`` at family-wise level ``beta``: the largest mu-GDP the game rejects and
@@ -354,10 +355,11 @@ def fdp_audit(scores: Dict[str, np.ndarray], included: np.ndarray, *, beta: floa
     """
     results, tests = fdp_guess_and_bound(scores, included, beta=beta, delta=delta)
     best = max(results, key=lambda t: t.mu_lower)
-    out = {"gaussian": {"mu_lower": best.mu_lower, "epsilon_lower": best.epsilon_lower, "tests": tests,
-                        "scorers": [t.to_dict() for t in results], "confidence": 1 - beta,
-                        "valid_if": "the run's trade-off curve is Gaussian (mu-GDP); else an estimate, not a bound"},
-           "claim": None}
+    out: Dict[str, Any] = {
+        "gaussian": {"mu_lower": best.mu_lower, "epsilon_lower": best.epsilon_lower, "tests": tests,
+                     "scorers": [t.to_dict() for t in results], "confidence": 1 - beta,
+                     "valid_if": "the run's trade-off curve is Gaussian (mu-GDP); else an estimate, not a bound"},
+        "claim": None}
     if curve is None:
         return out
     g = curve_g(*curve)

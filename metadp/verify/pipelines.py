@@ -81,25 +81,25 @@ def pipeline_for(event: ev.Event, steps: int, *, shuffle: Optional[Tuple[int, in
 
 
 @pipeline_for.register
-def _(event: ev.PoissonSampled, steps: int, *, shuffle=None) -> Pipeline:
+def _(event: ev.PoissonSampled, steps: int, *, shuffle: Optional[Tuple[int, int]] = None) -> Pipeline:
     return poisson_pipeline(event.rate, _noise(event), steps)
 
 
 @pipeline_for.register
-def _(event: ev.FixedSizeSampled, steps: int, *, shuffle=None) -> Pipeline:
+def _(event: ev.FixedSizeSampled, steps: int, *, shuffle: Optional[Tuple[int, int]] = None) -> Pipeline:
     if event.sensitivity_factor != 2.0:  # the pipeline's construction moves the sum by 2C
         raise NoPipelineError(event, "the fixed-size pipeline realises sensitivity factor 2")
     return fixed_size_pipeline(event.batch, event.population, _noise(event), steps)
 
 
 @pipeline_for.register
-def _(event: ev.EpisodicSampled, steps: int, *, shuffle=None) -> Pipeline:
+def _(event: ev.EpisodicSampled, steps: int, *, shuffle: Optional[Tuple[int, int]] = None) -> Pipeline:
     return episodic_pipeline(event.episodes, event.unit_rate, event.within_rate, _noise(event), steps,
                              shift=event.shift, reveal_unit=event.unit_rate < 1.0)
 
 
 @pipeline_for.register
-def _(event: ev.Gaussian, steps: int, *, shuffle=None) -> Pipeline:
+def _(event: ev.Gaussian, steps: int, *, shuffle: Optional[Tuple[int, int]] = None) -> Pipeline:
     if shuffle is None:
         raise NoPipelineError(event, "a Gaussian step is a pipeline only as a pass of a shuffle=(population, batch)")
     population, batch = shuffle

@@ -25,7 +25,7 @@ both).
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -33,7 +33,7 @@ from scipy import optimize, special, stats
 from metadp.core.validation import check_count, check_positive, check_probability, check_real
 from metadp.mechanisms.base import DominatingPair
 from metadp.mechanisms.gaussian import gaussian_pair
-from metadp.verify.audit import _as_profile
+from metadp.verify.audit import Profile, _as_profile
 from metadp.verify.binomial import _cp_solve, cp_lower, cp_upper
 
 __all__ = ["samples_needed", "planned_power", "gaussian_best_event", "gaussian_audit_plan", "pair_best_event"]
@@ -44,7 +44,7 @@ _EXACT_MAX = 10**15  # beyond this n (no audit that size runs), the normal appro
 _SCIPY_POINTS = 512  # up to this many outcomes, scipy's Clopper-Pearson bounds (as the audit's); beyond, _cp_solve
 
 
-def _check_level(alpha, power, tests) -> Tuple[float, float, int]:
+def _check_level(alpha: float, power: float, tests: int) -> Tuple[float, float, int]:
     alpha = check_real("alpha", alpha, low=0.0, high=1.0, low_open=True, high_open=True)
     power = check_real("power", power, low=0.0, high=1.0, low_open=True, high_open=True)
     return alpha, power, check_count("tests", tests, minimum=1)
@@ -60,8 +60,8 @@ def _n_normal(p: float, q: float, eps: float, claimed: float, z_a: float, z_b: f
     return ((z_a * a + z_b * b) / gap) ** 2
 
 
-def samples_needed(claimed_profile, epsilon: float, violation: Optional[float], *, alpha: float = 0.01,
-                   power: float = 0.9, tests: int = 1, event_p: Optional[float] = None,
+def samples_needed(claimed_profile: Union[Profile, DominatingPair], epsilon: float, violation: Optional[float], *,
+                   alpha: float = 0.01, power: float = 0.9, tests: int = 1, event_p: Optional[float] = None,
                    event_q: Optional[float] = None, exact: bool = True) -> int:
     """Draws per side for the audit to flag, with probability ``power``, a violation at ``epsilon``.
 
@@ -111,7 +111,8 @@ def samples_needed(claimed_profile, epsilon: float, violation: Optional[float], 
     return n
 
 
-def _given_event(claimed, violation, eps, event_p, event_q) -> Tuple[float, float]:
+def _given_event(claimed: float, violation: Optional[float], eps: float, event_p: Optional[float],
+                 event_q: Optional[float]) -> Tuple[float, float]:
     p, growth = check_probability("event_p", event_p), math.exp(eps)
     if event_q is None:
         viol = check_positive("violation", violation)
@@ -128,13 +129,13 @@ def _given_event(claimed, violation, eps, event_p, event_q) -> Tuple[float, floa
     return p, q
 
 
-def _worst_event(claimed, violation, eps, z_a, z_b) -> Tuple[float, float]:
+def _worst_event(claimed: float, violation: float, eps: float, z_a: float, z_b: float) -> Tuple[float, float]:
     """(p, q) with p - e^eps q = claimed + violation needing the most draws (normal approximation)."""
     true_delta, growth = claimed + violation, math.exp(eps)
     if true_delta > 1.0:
         raise ValueError(f"claimed + violation = {true_delta:g} exceeds 1")
 
-    def cost(p):
+    def cost(p: float) -> float:
         return _n_normal(p, max(p - true_delta, 0.0) / growth, eps, claimed, z_a, z_b)
 
     grid = np.linspace(true_delta, 1.0, 2001)
@@ -263,10 +264,10 @@ def gaussian_best_event(z_true: float, z_claimed: float, epsilon: float, alpha: 
     claimed = float(gaussian_pair(z_claimed).profile(eps))
     z_a, z_b = -float(special.ndtri(alpha / (2 * tests))), float(special.ndtri(power))
 
-    def event(t):
+    def event(t: float) -> Tuple[float, float]:
         return float(special.ndtr((1.0 - t) / z_true)), float(special.ndtr(-t / z_true))
 
-    def cost(t):
+    def cost(t: float) -> float:
         return math.log(_n_normal(*event(t), eps, claimed, z_a, z_b))
 
     grid = np.linspace(-8.0 * z_true, 1.0 + 8.0 * z_true + eps * z_true**2, 4001)
@@ -288,8 +289,9 @@ def _grid_argmin(cost: Callable[[float], float], grid: np.ndarray, values: np.nd
     return float(res.x) if res.fun <= values[k] else float(grid[k])
 
 
-def pair_best_event(true_pair: DominatingPair, claimed_profile, epsilon: float, alpha: float = 0.01,
-                    power: float = 0.9, tests: int = 1, exact: bool = True) -> Tuple[float, float, float, int]:
+def pair_best_event(true_pair: DominatingPair, claimed_profile: Union[Profile, DominatingPair], epsilon: float,
+                    alpha: float = 0.01, power: float = 0.9, tests: int = 1,
+                    exact: bool = True) -> Tuple[float, float, float, int]:
     """The privacy-loss half-line {L > l} of a true pair that needs the fewest draws to refute a claim.
 
     Half-lines of the loss L = log dP/dQ are the Neyman-Pearson events; for a pair whose loss is
@@ -316,10 +318,10 @@ def pair_best_event(true_pair: DominatingPair, claimed_profile, epsilon: float, 
     claimed = check_probability("claimed_profile(epsilon)", float(np.asarray(profile(np.array([eps])))[0]))
     z_a, z_b = -float(special.ndtri(alpha / (2 * tests))), float(special.ndtri(power))
 
-    def event(loss):
+    def event(loss: float) -> Tuple[float, float]:
         return float(true_pair.loss_sf(loss, "P")), float(true_pair.loss_sf(loss, "Q"))
 
-    def cost(loss):
+    def cost(loss: float) -> float:
         return math.log(_n_normal(*event(loss), eps, claimed, z_a, z_b))
 
     lo, hi = true_pair.loss_range(1e-15)
@@ -334,9 +336,9 @@ def pair_best_event(true_pair: DominatingPair, claimed_profile, epsilon: float, 
     if not np.isfinite(values).any():
         raise ValueError(f"no loss half-line of {true_pair!r} exceeds the claimed delta {claimed:g} at eps={eps:g}")
     loss = _grid_argmin(cost, grid, values)
-    p, q = event(loss)
-    return loss, p, q, samples_needed(lambda e: np.full_like(e, claimed), eps, None, alpha=alpha, power=power,
-                                      tests=tests, event_p=p, event_q=q, exact=exact)
+    p_at, q_at = event(loss)
+    return loss, p_at, q_at, samples_needed(lambda e: np.full_like(e, claimed), eps, None, alpha=alpha, power=power,
+                                            tests=tests, event_p=p_at, event_q=q_at, exact=exact)
 
 
 def gaussian_audit_plan(z_true: float, z_claimed: float, epsilon: float, alpha: float = 0.01,

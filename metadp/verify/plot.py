@@ -8,7 +8,7 @@ state are untouched.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -19,7 +19,7 @@ __all__ = ["plot_audit"]
 _FORMATS = {".png": "png", ".svg": "svg"}
 
 
-def _matplotlib():
+def _matplotlib() -> Tuple[Any, Any]:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -29,7 +29,8 @@ def _matplotlib():
     return Figure, FigureCanvasAgg
 
 
-def plot_audit(result: AuditResult, path: Union[str, Path], claimed_profile=None) -> Path:
+def plot_audit(result: AuditResult, path: Union[str, Path],
+               claimed_profile: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Path:
     """Draw claimed delta(eps), the lower confidence bound delta_L(eps) and the point estimates.
 
     delta is on a log scale: zero claims and estimates are left out, and zero lower bounds (no evidence

@@ -40,7 +40,7 @@ def add_run_arguments(v, number) -> None:
     v.add_argument("--plant-defect", choices=DEFECT_NAMES + (SUPPORT_DEFECT,), help="run: a CONTROL, for testing the "
                    "audit: plant a defect (noise 5x below the ledger's, clipping off, a fixed order instead of Poisson "
                    "sampling; for dp-maml-sample, second-order: second-order meta-gradients accounted as first-order, "
-                   "README Findings, 4); the run's guarantee is then void and the audit should flag it")
+                   "docs/findings.md, Finding 4); the run's guarantee is then void and the audit should flag it")
     v.add_argument("--inner-lr", type=number("--inner-lr", float), help="run, dp-maml-sample: the inner learning rate "
                    "(default 1)")
     v.add_argument("--inner-noise", type=number("--inner-noise", float), help="run, dp-maml-sample: the inner noise "
@@ -105,9 +105,9 @@ def check_run_input(args) -> None:
     if args.hidden is not None and not 1 <= args.hidden <= 4096:
         raise ValueError(f"--hidden must be in [1, 4096], got {args.hidden}")
     width = args.hidden or 40
-    size = width * width + 4 * width + 1  # the 1-W-W-1 MLP's parameters
-    if not support and (args.canary_kind or "gradient") == "gradient" and args.canaries > size:
-        raise ValueError(f"--canaries: gradient canaries take one parameter coordinate each, at most {size} with "
+    parameters = width * width + 4 * width + 1  # the 1-W-W-1 MLP's parameters
+    if not support and (args.canary_kind or "gradient") == "gradient" and args.canaries > parameters:
+        raise ValueError(f"--canaries: gradient canaries take one parameter coordinate each, at most {parameters} with "
                          f"--hidden {width}, got {args.canaries} (use a wider --hidden or --canary-kind data)")
     if args.outer_lr is not None and not (math.isfinite(args.outer_lr) and 0 < args.outer_lr <= 1e4):
         # (1e300 overflowed torch's float32 after training had started)
@@ -191,7 +191,7 @@ def plot_canary_audits(results, path, title: str = "One-run canary audits of rea
         f"{r['view']}, {r.get('canary_kind', 'data')}: " + (f"control {r['control']['defect']}" if r["control"]
                                                              else "correct run")
         for r in results])
-    handles = [Line2D([], [], color="k", lw=2, label="certified upper bound")]
+    handles: list = [Line2D([], [], color="k", lw=2, label="certified upper bound")]
     handles += [Patch(color=colour[v], alpha=0.7, label=f"empirical lower bound ({v})")
                 for v in colour if any(r["verdict"] == v for r in results)]
     widest = max(max(r["epsilon_lower"], r["certified"]["epsilon"] or 0) for r in results)

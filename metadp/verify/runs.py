@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Tuple, cast
 
 import numpy as np
 
@@ -51,10 +51,10 @@ MAX_AUDIT_STEPS = 10**6  # an audit draws every step of every run: 20,000 runs o
 class Design:
     steps: int
     noise: float
-    signal: Callable  # (m, rng, present) -> (shifts (m, T) or None for all zero, side information or None)
-    statistic: Callable  # (x (m, T), side) -> (m,)
+    signal: Callable[..., Tuple[Optional[np.ndarray], Any]]  # (m, rng, present) -> (shifts (m, T) or None for all zero, side information or None)
+    statistic: Callable[[np.ndarray, Any], np.ndarray]  # (x (m, T), side) -> (m,)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 1e-50 <= self.noise <= 1e50:  # the per-step log-ratios overflow float64 outside it (NaN statistics)
             raise ValueError(f"noise multiplier {self.noise:g}: an audit simulates noise multipliers in [1e-50, 1e50] "
                              "(outside it the per-step log-likelihood ratios overflow float64)")
@@ -64,7 +64,8 @@ class Design:
                              "per-step claim is the same; its composition is what the accountants certify)")
 
 
-def _draw(design: Design, n, rng, present: bool, raw: bool = False, noise: bool = True) -> np.ndarray:
+def _draw(design: Design, n: int, rng: np.random.Generator, present: bool, raw: bool = False,
+          noise: bool = True) -> np.ndarray:
     n = check_count("n", n)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy Generator, got {type(rng).__name__}")
@@ -81,7 +82,7 @@ def _draw(design: Design, n, rng, present: bool, raw: bool = False, noise: bool 
     return out
 
 
-def _projections(design: Design, n, rng, under: str = "D", noise: bool = True) -> np.ndarray:
+def _projections(design: Design, n: int, rng: np.random.Generator, under: str = "D", noise: bool = True) -> np.ndarray:
     if under not in ("D", "D'"):
         raise ValueError(f"under must be 'D' or \"D'\", got {under!r}")
     return _draw(design, n, rng, under == "D", raw=True, noise=noise)
@@ -120,18 +121,18 @@ def mixture_loss(pair: GaussianMixturePair, x: np.ndarray) -> np.ndarray:
 
 
 
-def check_pair(pair):
+def check_pair(pair: Any) -> Any:
     if not callable(getattr(pair, "log_ratio", None)):
         raise ValueError(f"statistic_pair must have a log_ratio method (a DominatingPair), got {type(pair).__name__}")
     return pair
 
 
-def per_step_statistic(pair, x: np.ndarray, side) -> np.ndarray:
+def per_step_statistic(pair: Any, x: np.ndarray, side: Any) -> np.ndarray:
     """sum_t log(dP/dQ)(x_t) over each run (row) of x."""
     if isinstance(pair, GaussianMixturePair):
-        return mixture_loss(pair, x).sum(axis=1)
-    return np.asarray(pair.log_ratio(x.ravel()), dtype=np.float64).reshape(x.shape).sum(axis=1)
+        return cast(np.ndarray, mixture_loss(pair, x).sum(axis=1))
+    return cast(np.ndarray, np.asarray(pair.log_ratio(x.ravel()), dtype=np.float64).reshape(x.shape).sum(axis=1))
 
 
-def pair_name(pair) -> str:
+def pair_name(pair: Any) -> str:
     return repr(pair) if len(repr(pair)) <= 160 else type(pair).__name__

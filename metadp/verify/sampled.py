@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 from scipy import stats
@@ -19,7 +20,7 @@ __all__ = ["poisson_pipeline", "fixed_size_pipeline", "episodic_pipeline"]
 _RELATIONS = ("substitute", "add_remove")
 
 
-def poisson_pipeline(rate, noise, steps, statistic_pair=None) -> Pipeline:
+def poisson_pipeline(rate: float, noise: float, steps: int, statistic_pair: Any = None) -> Pipeline:
     """T steps of Poisson sampling: the canary is in each step independently with probability q.
 
     Relation: add/remove the canary (D' lacks it). Per step x_t = B_t + z g_t, B_t ~ Bernoulli(q), under D
@@ -42,7 +43,7 @@ def poisson_pipeline(rate, noise, steps, statistic_pair=None) -> Pipeline:
     T = check_count("steps", steps, minimum=1)
     pair = poisson_gaussian_pairs(q, z)[0] if statistic_pair is None else check_pair(statistic_pair)
 
-    def signal(m, rng, present):
+    def signal(m: int, rng: np.random.Generator, present: bool) -> Tuple[Optional[np.ndarray], Any]:
         return ((rng.random((m, T)) < q).astype(np.float64) if present else None), None
 
     design = Design(T, z, signal, functools.partial(per_step_statistic, pair))
@@ -50,7 +51,8 @@ def poisson_pipeline(rate, noise, steps, statistic_pair=None) -> Pipeline:
                              f"one unit; statistic: sum of per-step log-ratios of {pair_name(pair)}", "add_remove")
 
 
-def fixed_size_pipeline(batch, population, noise, steps, relation="substitute", statistic_pair=None) -> Pipeline:
+def fixed_size_pipeline(batch: int, population: int, noise: float, steps: int, relation: str = "substitute",
+                        statistic_pair: Any = None) -> Pipeline:
     """T steps, each a uniformly random subset of exactly ``batch`` of ``population`` units.
 
     Construction, worst case for a clipped sum under either relation: the canary contributes +C e_1
@@ -91,7 +93,7 @@ def fixed_size_pipeline(batch, population, noise, steps, relation="substitute", 
     pair = (GaussianMixturePair([n - m, m], [0.0, 2.0], z, "add") if statistic_pair is None
             else check_pair(statistic_pair))
 
-    def signal(mm, rng, present):
+    def signal(mm: int, rng: np.random.Generator, present: bool) -> Tuple[Optional[np.ndarray], Any]:
         # the canary's position in a uniformly random order of n units; the batch is the first m
         return ((rng.integers(0, n, size=(mm, T)) < m) * 2.0 if present else None), None
 
@@ -121,8 +123,8 @@ def _revealed_loss(mixture: RevealedMixture, within_rate: float, shift: float, x
     return loss
 
 
-def episodic_pipeline(episodes, unit_rate, within_rate, noise, steps, shift=2.0, reveal_unit=False,
-                      statistic_pair=None) -> Pipeline:
+def episodic_pipeline(episodes: int, unit_rate: float, within_rate: float, noise: float, steps: int, shift: float = 2.0,
+                      reveal_unit: bool = False, statistic_pair: Any = None) -> Pipeline:
     """T steps of episodic training seen from a canary record (DESIGN.md 3.6-3.7).
 
     Each step draws L episodes independently; each selects the canary's unit with probability P_U and,
@@ -155,6 +157,7 @@ def episodic_pipeline(episodes, unit_rate, within_rate, noise, steps, shift=2.0,
     z = check_positive("noise", noise)
     T = check_count("steps", steps, minimum=1)
     shift = check_real("shift", shift, low=0.0, low_open=True)
+    statistic: Callable[[np.ndarray, Any], np.ndarray]  # (x (m, T), side) -> (m,)
     if reveal_unit:
         mixture = episodic_record_pairs(L, p_unit, r, z, shift)[0] if statistic_pair is None else statistic_pair
         if not isinstance(mixture, RevealedMixture):
@@ -169,7 +172,7 @@ def episodic_pipeline(episodes, unit_rate, within_rate, noise, steps, shift=2.0,
         statistic = functools.partial(per_step_statistic, check_pair(pair))
         name = pair_name(pair)
 
-    def signal(m, rng, present):
+    def signal(m: int, rng: np.random.Generator, present: bool) -> Tuple[Optional[np.ndarray], Any]:
         if not reveal_unit:  # K = sum over L episodes of Bernoulli(P_U r): Binomial(L, P_U r), J unused
             return (shift * rng.binomial(L, p_unit * r, size=(m, T)) if present else None), None
         j = rng.binomial(L, p_unit, size=(m, T))  # (m, T): episodes that selected the canary's unit

@@ -20,12 +20,12 @@ import dataclasses
 import math
 import os
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from metadp.mechanisms.base import DominatingPair
-from metadp.verify.audit import format_draws
+from metadp.verify.audit import AuditResult, Profile, Sampler, format_draws
 from metadp.verify.planner import pair_best_event, samples_needed
 
 __all__ = ["AuditPlan", "cached_profile", "plan_audit", "check_resources", "explore_draws"]
@@ -59,7 +59,7 @@ class AuditPlan:
                 f"{self.what} at eps={self.epsilon:g} (alpha {self.alpha:g}, {self.tests} tests; assumes the "
                 f"exploration sample, n/10 more draws, finds the event)")
 
-    def verdict_line(self, result) -> str:
+    def verdict_line(self, result: AuditResult) -> str:
         """The verdict in words, with its exit status."""
         need = self._need()
         if result.verdict == "VIOLATION":
@@ -73,18 +73,18 @@ class AuditPlan:
         return (f"verdict: consistent: no violation found in {result.n:,} draws per side, at least the "
                 f"{need} the planner needs to see, with probability {self.power:g}, {self.what} (exit status 0)")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         finite = math.isfinite(self.n_required)
         return {"n_required": (int(self.n_required) if self.n_required < 2**63 else float(self.n_required))
                 if finite else None, "violation": self.what,
                 "epsilon": self.epsilon, "power": self.power, "alpha": self.alpha, "tests": self.tests}
 
 
-def cached_profile(profile: Callable) -> Callable:
+def cached_profile(profile: Profile) -> Profile:
     """``profile`` evaluated once per epsilon (a PLD accountant's get_delta can take a second)."""
     memo: Dict[float, float] = {}
 
-    def cached(eps):
+    def cached(eps: np.ndarray) -> np.ndarray:
         eps = np.asarray(eps, dtype=np.float64)
         flat = eps.ravel()
         missing = sorted({float(e) for e in flat} - memo.keys())
@@ -95,7 +95,7 @@ def cached_profile(profile: Callable) -> Callable:
     return cached
 
 
-def plan_audit(profile: Callable, epsilons: Sequence[float], alternative: Optional[Tuple[str, DominatingPair]],
+def plan_audit(profile: Profile, epsilons: Sequence[float], alternative: Optional[Tuple[str, DominatingPair]],
                *, samples: int, alpha: float, power: float, violation: Optional[float]) -> AuditPlan:
     """The planner's n for this audit: the minimum over the tested epsilons (module docstring).
 
@@ -113,25 +113,25 @@ def plan_audit(profile: Callable, epsilons: Sequence[float], alternative: Option
     if alternative is not None and violation is None:
         what, true_pair = alternative
 
-        def need(eps, exact):
+        def need(eps: float, exact: bool) -> int:
             return pair_best_event(true_pair, profile, eps, alpha=alpha, power=power, tests=tests, exact=exact)[3]
     else:
         claims = dict(zip(epsilons, np.asarray(profile(np.asarray(epsilons, dtype=np.float64)), dtype=np.float64)))
         excess = {e: violation if violation is not None else max(0.1 * c, 1e-4) for e, c in claims.items()}
 
-        def need(eps, exact):
+        def need(eps: float, exact: bool) -> int:
             if claims[eps] + excess[eps] >= 1.0:  # the claim leaves no room for it here
                 raise ValueError("no room")
             return samples_needed(profile, eps, excess[eps], alpha=alpha, power=power, tests=tests, exact=exact)
-    rough = {}
+    rough: Dict[float, int] = {}
     for eps in epsilons:  # the normal approximation first; exact powers only where the minimum may be
         try:
             rough[eps] = need(eps, False)
         except ValueError:  # nothing to see at this epsilon (the true delta is not above the claim)
             continue
     best: Tuple[float, Optional[float]] = (math.inf, None)
-    for eps in sorted(rough, key=rough.get):
-        if rough[eps] > 1.25 * rough[min(rough, key=rough.get)]:
+    for eps in sorted(rough, key=rough.__getitem__):
+        if rough[eps] > 1.25 * rough[min(rough, key=rough.__getitem__)]:
             break
         best = min(best, (need(eps, True), eps), key=lambda b: b[0])
     if alternative is None or violation is not None:
@@ -145,7 +145,7 @@ def plan_audit(profile: Callable, epsilons: Sequence[float], alternative: Option
     return AuditPlan(best[0], what, best[1], power, alpha, tests)
 
 
-def _draw_seconds(sample_d: Callable, sample_dp: Callable, seed: int) -> Tuple[float, int]:
+def _draw_seconds(sample_d: Sampler, sample_dp: Sampler, seed: int) -> Tuple[float, int]:
     """Seconds per draw (both sides, and the sort the counting does) on a growing probe batch."""
     rng = np.random.default_rng([seed, 2718])  # its own stream: the audit's draws are not disturbed
     k = 256
@@ -171,7 +171,7 @@ def explore_draws(samples: int) -> int:
     return min(max(1, samples // 10), _EXPLORE_MAX)
 
 
-def check_resources(sample_d: Callable, sample_dp: Callable, samples: int, *, seed: int,
+def check_resources(sample_d: Sampler, sample_dp: Sampler, samples: int, *, seed: int,
                     force_long: bool) -> float:
     """Estimated seconds for an audit of ``samples`` draws per side (plus :func:`explore_draws`).
 

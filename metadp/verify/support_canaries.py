@@ -1,4 +1,4 @@
-"""The one-run canary audit of sample-level DP-MAML's support records (README Findings, 4; issue 20).
+"""The one-run canary audit of sample-level DP-MAML's support records (docs/findings.md, Finding 4; issue 20).
 
 Sample-level DP-MAML (dp-maml.txt Alg. 2; ``metadp.training.algorithms.private_steps``) adapts each sampled task by
 one noisy DP-SGD step on its support set, theta_i = phi - lr (sum_j clip(g_j(phi), C_in) + z_in C_in N)
@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 import torch
@@ -60,13 +60,14 @@ from metadp.core import events as ev
 from metadp.core.validation import check_count
 from metadp.plan import Plan
 from metadp.report import format_lower, format_upper
+from metadp.sampling import Poisson
 from metadp.training import algorithms
 from metadp.training.algorithms import models
 from metadp.training.algorithms import functional as F
 from metadp.training.algorithms import private_steps as P
 from metadp.training.algorithms.contributions import query_sums_given
 from metadp.training.run.trainer import TrainConfig, stream_seed, train
-from metadp.verify.canaries import CITATION, AuditSampler, canary_pool, sinusoid_mse
+from metadp.verify.canaries import CITATION, AuditSampler, Canaries, canary_pool, sinusoid_mse
 from metadp.verify.canary_bounds import check_audit_plan
 from metadp.verify.one_run import guess_and_bound, simulated_power
 from metadp.verify.one_run_fdp import fdp_audit
@@ -74,9 +75,10 @@ from metadp.verify.one_run_fdp import fdp_audit
 __all__ = ["DEFECT", "SupportAudit", "support_bounds", "run_support_audit"]
 
 ALGORITHM = "dp-maml-sample"
+_Tensors = Dict[str, torch.Tensor]  # name -> tensor: a model's parameters, or one tensor per parameter
 DEFECT = "second-order"
 WHAT = ("second-order meta-gradients, accounted as dp-maml.txt Alg. 2 accounts them: a support record costs the inner "
-        "Gaussians only (its un-noised Hessian in the outer gradient is not charged; README Findings, 4)")
+        "Gaussians only (its un-noised Hessian in the outer gradient is not charged; docs/findings.md, Finding 4)")
 
 
 class SupportAudit:
@@ -84,7 +86,8 @@ class SupportAudit:
     sampling kept (record level: no canary task is absent), nothing planted in the run itself (the
     control's defect is in its accounting), the inner noise replayed and every release scored."""
 
-    def __init__(self, canaries, model, loss_fn, config: TrainConfig):
+    def __init__(self, canaries: Canaries, model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
+                 config: TrainConfig):
         if not (config.inner_noise > 0 and math.isfinite(config.inner_clip)):
             raise ValueError("the support-record audit needs inner noise (z_in > 0) and a finite inner clip")
         self.k, self.model, self.loss_fn, self.c = canaries, model, loss_fn, config
@@ -97,17 +100,18 @@ class SupportAudit:
         self.start = {n: p.detach().clone() for n, p in F.param_dict(model).items()}
         self.names = list(self.start)
         self.std_in = config.inner_noise * config.inner_clip
-        self._chunks: List[tuple] = []
+        self._chunks: List[Tuple[torch.Tensor, _Tensors, _Tensors]] = []
 
     # -- the trainer's hooks ---------------------------------------------------------------------
-    def attach(self, run) -> None:
+    def attach(self, run: Any) -> None:
         if not hasattr(run.sampler, "rate") or not hasattr(run.sampler, "pool_size"):
             raise ValueError("the canary audit runs Poisson task sampling (sampling.scheme = 'poisson')")
         absent = torch.zeros(run.sampler.pool_size, dtype=torch.bool)  # record level: every host stays in the pool
         self.sampler = run.sampler = AuditSampler(run.sampler, absent, None)
 
-    def contributions(self, fn):
-        def replayed(alg, model, params, pool, rows, loss_fn, c, noise_gen):
+    def contributions(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def replayed(alg: Any, model: Any, params: Any, pool: Any, rows: Any, loss_fn: Any, c: Any,
+                     noise_gen: Any) -> Any:
             state = noise_gen.get_state()
             out = fn(alg, model, params, pool, rows, loss_fn, c, noise_gen)
             replay = torch.Generator(device=noise_gen.device)
@@ -124,7 +128,7 @@ class SupportAudit:
     def release_std(self, std: float) -> float:
         return std
 
-    def observe(self, step, params, release, std) -> None:
+    def observe(self, step: int, params: _Tensors, release: _Tensors, std: float) -> None:
         self.steps += 1
         chunks, self._chunks = self._chunks, []
         rows = torch.cat([c[0] for c in chunks])
@@ -133,10 +137,10 @@ class SupportAudit:
         self._score(params, rows, noise, contribution, release, std)
 
     # -- scoring ---------------------------------------------------------------------------------
-    def _flat(self, d) -> np.ndarray:
+    def _flat(self, d: _Tensors) -> np.ndarray:
         return torch.cat([d[n].reshape(d[n].shape[0], -1) for n in self.names], dim=1).double().cpu().numpy()
 
-    def _slot0_along_iterates(self, params, rows, noise) -> Tuple[Dict[str, torch.Tensor], ...]:
+    def _slot0_along_iterates(self, params: _Tensors, rows: torch.Tensor, noise: _Tensors) -> Tuple[_Tensors, ...]:
         """The first support record's clipped gradient, as the run has it, with the canary in and out, at
         each released inner iterate theta^0 = phi, ..., theta^{S-1} of the hosts ``rows`` (the run's own
         inner loop, replayed with its noise): three dicts name -> [B, S, *shape]."""
@@ -144,8 +148,10 @@ class SupportAudit:
         (xa, ya), (xi, yi), (xo, yo) = (pool.batch(rows)[:2] for pool in (k.pool, k.pool_in, k.pool_out))
         divisor = float(xa.shape[1])
 
-        def one(x_s, y_s, x_in, y_in, x_out, y_out, nz):
-            theta, found = params, []
+        def one(x_s: torch.Tensor, y_s: torch.Tensor, x_in: torch.Tensor, y_in: torch.Tensor, x_out: torch.Tensor,
+                y_out: torch.Tensor, nz: _Tensors) -> _Tensors:
+            theta = params
+            found: List[_Tensors] = []
             x0, y0 = torch.stack([x_s[0], x_in[0], x_out[0]]), torch.stack([y_s[0], y_in[0], y_out[0]])
             for step in range(c.inner_steps):  # the trainer's own inner step, one at a time
                 found.append(P.clip_rows(P._per_example(self.model, self.loss_fn, theta, x0, y0), c.inner_clip))
@@ -157,7 +163,7 @@ class SupportAudit:
         g = torch.vmap(one, randomness="error")(xa, ya, xi, yi, xo, yo, noise)
         return tuple({n: t[:, j] for n, t in g.items()} for j in range(3))
 
-    def _pair(self, params, rows, noise):
+    def _pair(self, params: _Tensors, rows: torch.Tensor, noise: _Tensors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, inner llr) of the hosts ``rows`` at their released inner steps (module docstring): each
         contribution [B, P] with the canary in and out, the inner noise of every step solved from its
         v = sum + s_in N at the released iterate."""
@@ -168,11 +174,13 @@ class SupportAudit:
         alg = c.family
         a, _ = query_sums_given(alg, self.model, params, k.pool_in.batch(rows), self.loss_fn, c, n_in)
         b, _ = query_sums_given(alg, self.model, params, k.pool_out.batch(rows), self.loss_fn, c, n_out)
-        square = lambda z: sum(z[n].double().flatten(start_dim=1).square().sum(1) for n in self.names)  # noqa: E731
+        square: Callable[[_Tensors], Any] = lambda z: sum(  # noqa: E731
+            z[n].double().flatten(start_dim=1).square().sum(1) for n in self.names)
         inner = 0.5 * (square(n_out) - square(n_in))  # summed over the S inner Gaussians
         return self._flat(a), self._flat(b), inner.numpy()
 
-    def _score(self, params, rows, noise, contribution, release, std) -> None:
+    def _score(self, params: _Tensors, rows: torch.Tensor, noise: _Tensors, contribution: np.ndarray, release: _Tensors,
+               std: float) -> None:
         real = int(self.sampler.last.sum())  # the sampled rows come first, then the pads
         rows, contribution = rows[:real], contribution[:real]
         rows = rows.cpu()
@@ -207,16 +215,16 @@ class SupportAudit:
 
 
 def support_bounds(plan: Plan, steps: int, *, noise: float, inner_noise: float, query_per_task: int,
-                   first_order: bool, inner_steps: int = 1) -> List[Dict]:
+                   first_order: bool, inner_steps: int = 1) -> List[Dict[str, Any]]:
     """The two bounds for a support record replaced (sensitivity 2 C_in inside, each of the host's m_q
     clipped query gradients moved by up to 2 C by the Jacobian): the first-order argument (inner Gaussian
     only, shift 2 sqrt(S) / z_in) and metadp's second-order charge, each the revealed pair composed over
     ``steps`` by PLD. The first is the claim the audit tests (``certified_by_the_run``): for a first-order
     run it holds; for a second-order run it is the control's defect (``holds_for_this_run`` False)."""
-    q = plan.sampling.rate
+    q = cast(Poisson, plan.sampling).rate  # (check_audit_plan: Poisson)
     inner = 2.0 * math.sqrt(inner_steps) / inner_noise
     second = math.sqrt(inner**2 + (2.0 * query_per_task / noise) ** 2)
-    out = []
+    out: List[Dict[str, Any]] = []
     for name, shift, holds in (("inner Gaussian only", inner, first_order),
                                ("second order (metadp)", second, True)):
         event = ev.EpisodicSampled(1, q, 1.0, ev.Gaussian(1.0 / shift), 1.0)
@@ -232,8 +240,8 @@ def support_bounds(plan: Plan, steps: int, *, noise: float, inner_noise: float, 
 def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None, beta: float = 0.05,
                       inner_lr: float = 1.0, inner_noise: float = 40.0, inner_steps: int = 1, amplitude: float = 1.0,
                       clip: float = 1.0,
-                      outer_lr: Optional[float] = None, seed: int = 0, sizes=(1, 16, 16, 1),
-                      power_runs: int = 200, out_dir=None) -> Dict:
+                      outer_lr: Optional[float] = None, seed: int = 0, sizes: Tuple[int, ...] = (1, 16, 16, 1),
+                      power_runs: int = 200, out_dir: Union[str, Path, None] = None) -> Dict[str, Any]:
     """Trains ``plan``'s sampling, noise and steps with ``dp-maml-sample`` (first order; second order for
     the control ``defect="second-order"``) on a sinusoid pool whose last ``canaries`` tasks each hold a
     support-record canary, and audits the run against the support record's first-order claim (module
@@ -251,22 +259,23 @@ def run_support_audit(plan: Plan, *, canaries: int, defect: Optional[str] = None
     first_order = defect is None
     alg = algorithms.get(ALGORITHM)
     config = TrainConfig(algorithm=ALGORITHM, unit="record", sampler="poisson", steps=plan.steps,
-                         meta_batch=plan.sampling.expected_batch, delta=plan.delta, epsilon=math.inf,
-                         noise_multiplier=plan.noise.multiplier, inner_noise=inner_noise, inner_clip=1.0, clip=clip,
+                         meta_batch=cast(float, plan.sampling.expected_batch), delta=plan.delta, epsilon=math.inf,
+                         noise_multiplier=cast(float, plan.noise.multiplier), inner_noise=inner_noise, inner_clip=1.0,
+                         clip=clip,
                          inner_steps=inner_steps, inner_lr=inner_lr, first_order=first_order,
                          outer_lr=outer_lr if outer_lr is not None else alg.default_outer_lr, seed=seed,
                          checkpoint_every=max(1, plan.steps))
-    k = canary_pool(plan.sampling.population, canaries, "record", amplitude, seed, "data")
+    k = canary_pool(cast(int, cast(Poisson, plan.sampling).population), canaries, "record", amplitude, seed, "data")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(seed, "model"))
         model = models.MLP(tuple(sizes))
     audit = SupportAudit(k, model, sinusoid_mse, config)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
-        result = train(model, k.pool, sinusoid_mse, config, out, audit=audit)
+        run_dir = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
+        result = train(model, k.pool, sinusoid_mse, config, run_dir, audit=audit)
     report = _report(plan, audit, result.report, beta=beta, sizes=sizes)
     if defect is not None:
-        shift = audit.initial_shift(plan.noise.multiplier * clip, seed)
+        shift = audit.initial_shift(cast(float, plan.noise.multiplier) * clip, seed)
         report["control"] = {
             "defect": defect, "what": WHAT, "initial_shift": shift,
             "predicted_power": predicted_power(plan, audit.steps, canaries, report["certified"]["epsilon"], shift,
@@ -285,7 +294,8 @@ def _check(plan: Plan, canaries: int, defect: Optional[str], inner_lr: float, in
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
-def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, sizes) -> Dict:
+def _report(plan: Plan, audit: SupportAudit, run_report: Dict[str, Any], *, beta: float,
+            sizes: Tuple[int, ...]) -> Dict[str, Any]:
     """The audit's report (``run_support_audit``), without the control's entries."""
     c, k = audit.c, audit.k
     query = k.pool.query_per_task
@@ -296,7 +306,7 @@ def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, s
                                     claimed_epsilon=claim)
     flagged = any(t.p_value_at_claim < beta / family for t in tests)
     lower = max(t.epsilon_lower for t in tests)
-    run_record = next((v for v in run_report.get("views", ()) if v.get("view") == "record"), {})
+    run_record: Dict[str, Any] = next((v for v in run_report.get("views", ()) if v.get("view") == "record"), {})
     shifts = np.asarray(audit.shifts) if audit.shifts else np.zeros(1)
     return {
         "audit": "one-run canary audit of a training run (support records of sample-level DP-MAML)",
@@ -317,7 +327,8 @@ def _report(plan: Plan, audit: SupportAudit, run_report: dict, *, beta: float, s
         "settings": {"first_order": c.first_order, "inner_steps": c.inner_steps, "inner_lr": c.inner_lr,
                      "inner_noise": c.inner_noise,
                      "inner_clip": c.inner_clip, "noise_multiplier": c.noise_multiplier, "clip": c.clip,
-                     "query_per_task": query, "support_per_task": k.pool.k_support, "rate": plan.sampling.rate,
+                     "query_per_task": query, "support_per_task": k.pool.k_support,
+                     "rate": cast(Poisson, plan.sampling).rate,
                      "model": list(sizes)},
         "shift": {"median": float(np.median(shifts)), "max": float(np.max(shifts)),
                   "appearances": int(audit.appearances.sum()),
@@ -335,12 +346,12 @@ def predicted_power(plan: Plan, steps: int, m: int, claim: float, shift: float, 
     (revealed), each appearance a projection N(+-shift / 2, 1) scored by its likelihood ratio shift y
     (the inner Gaussian's share, at most 2 / z_in per appearance, is left out; the shift is the median
     at the initial model, so this is a prediction, not a bound on the run's power)."""
-    q = plan.sampling.rate
+    q = cast(Poisson, plan.sampling).rate  # (check_audit_plan: Poisson)
 
-    def scores(count, rng, sign):
+    def scores(count: int, rng: np.random.Generator, sign: float) -> np.ndarray:
         hits = rng.binomial(steps, q, size=count)
         y = rng.standard_normal(count) * np.sqrt(hits) + sign * 0.5 * shift * hits
-        return shift * y
+        return cast(np.ndarray, shift * y)
 
     return simulated_power(lambda c, rng: scores(c, rng, 1.0), lambda c, rng: scores(c, rng, -1.0), m, claim,
                            beta=beta, delta=plan.delta, scorers=1, runs=runs, seed=seed)

@@ -24,6 +24,15 @@ SAMPLERS = tuple(RUN_SCHEMES)  # the task-sampling schemes of metadp.sampling th
 UNITS = ("task", "record", "record-vs-server", "group")  # the views' Guarantee keys (group: plan runs only)
 
 
+def _check_optimizer(name: Optional[str], momentum: float, alg: Algorithm) -> None:
+    """The outer optimiser's settings: 'adam', 'sgd' or None (the algorithm's), momentum for SGD only."""
+    if name not in (None, "adam", "sgd"):
+        raise ValueError(f"outer_optimizer must be 'adam', 'sgd' or None, got {name!r}")
+    check_real("outer_momentum", momentum, low=0.0, high=1.0, high_open=True)
+    if momentum and (name or alg.optimizer) != "sgd":
+        raise ValueError("outer_momentum is SGD's heavy-ball momentum: it needs outer_optimizer 'sgd'")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     algorithm: str = "dp-maml"  # a registered meta-learning algorithm (metadp.training.algorithms)
@@ -65,11 +74,7 @@ class TrainConfig:
         check_count("inner_steps", self.inner_steps, minimum=alg.min_inner_steps)
         check_positive("inner_lr", self.inner_lr)
         check_positive("outer_lr", self.outer_lr)
-        if self.outer_optimizer not in (None, "adam", "sgd"):
-            raise ValueError(f"outer_optimizer must be 'adam', 'sgd' or None, got {self.outer_optimizer!r}")
-        check_real("outer_momentum", self.outer_momentum, low=0.0, high=1.0, high_open=True)
-        if self.outer_momentum and (self.outer_optimizer or alg.optimizer) != "sgd":
-            raise ValueError("outer_momentum is SGD's heavy-ball momentum: it needs outer_optimizer 'sgd'")
+        _check_optimizer(self.outer_optimizer, self.outer_momentum, alg)
         check_positive("clip", self.clip, allow_inf=True)
         check_positive("inner_clip", self.inner_clip, allow_inf=True)
         check_real("noise_multiplier", self.noise_multiplier, low=0.0)
