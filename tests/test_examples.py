@@ -316,12 +316,14 @@ def test_readme_default_plan_equals_default_plan():
         assert _privacy_fields(load_plan(block)) == _privacy_fields(default_plan())
 
 
-def test_readme_printed_report_is_the_default_plans_report():
-    """The rows README.md shows under "What `metadp plan` prints" (epsilon through steps) are exactly
-    what `metadp plan` prints for default_plan(), its attack rows included (the title line, which carries the
-    version, is not compared)."""
-    readme = _readme()
-    heading = readme.index("## What `metadp plan` prints")
+@pytest.mark.parametrize("page, heading", [("README.md", "## What `metadp plan` prints"),
+                                          ("docs/index.md", "## Reading `metadp plan`'s output")])
+def test_readme_printed_report_is_the_default_plans_report(page, heading):
+    """The rows README.md shows under "What `metadp plan` prints" (epsilon through steps), and the documentation's
+    getting-started page under its heading, are exactly what `metadp plan` prints for default_plan(), its attack
+    rows included (the title line, which carries the version, is not compared)."""
+    readme = _readme() if page == "README.md" else (ROOT / page).read_text(encoding="utf-8")
+    heading = readme.index(heading)
     block = re.search(r"```\n(.*?)```", readme[heading:], flags=re.S).group(1)
     rows = []
     for line in block.splitlines()[1:]:

@@ -1,16 +1,18 @@
-"""Flags compile to a plan (issue 29): every ``metadp train`` command of the README that trains with flags,
+"""Flags compile to a plan (issue 29): every ``metadp train`` command of the README and the docs pages that trains with flags,
 run with ``--save-plan``, writes the plan it ran, and ``metadp plan --json`` of that file certifies exactly the
 numbers of the run's ``privacy_report.json`` (its unit's epsilon and lower bound, every other unit's).
 
-The commands are read from the README itself (every ``metadp train`` line without ``--plan``, protonet
-aside); their sizes are cut (``--steps``, ``--pool``, ``--meta-batch``, ``--eval-tasks``) so each runs in seconds, which keeps
+The commands are read from the README and the docs pages themselves, as CI reads them (``.ci/readme_commands.py``:
+every ``metadp train`` line without ``--plan``, protonet and refusals shown on purpose aside); their sizes are cut (``--steps``, ``--pool``, ``--meta-batch``, ``--eval-tasks``) so each runs in seconds, which keeps
 what decides the guarantee: the algorithm, its unit, sampler, budget and noise.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,15 +23,23 @@ from metadp.cli import main  # noqa: E402
 from metadp.plan import load_plan  # noqa: E402
 from metadp.training.data.omniglot import data_dir  # noqa: E402
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"--steps": "3", "--pool": "60", "--meta-batch": "4", "--eval-tasks": "2"}
 
 
+def _shown_commands():
+    """The commands of the README and of the docs pages CI runs them from, that are shown to succeed (exit 0)."""
+    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / ".ci" / "readme_commands.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return [c.text for c in module.all_commands() if c.page not in module.NOT_RUN and c.status == 0]
+
+
 def _flag_commands():
-    """Every README ``metadp train`` command with flags, once per distinct command after its sizes are cut."""
+    """Every README and docs ``metadp train`` command with flags, once per distinct command after its sizes are cut."""
     commands = {}
-    for line in README.read_text(encoding="utf-8").splitlines():
-        line = line.split("#")[0].strip()
+    for line in _shown_commands():
         if not line.startswith("metadp train ") or "--plan" in line or " protonet" in line:
             continue
         argv = shlex.split(line)[1:]
