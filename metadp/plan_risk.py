@@ -9,22 +9,19 @@ record). ``metadp plan`` prints them; the library adds them on request (about 0.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, cast
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, cast
 
 from metadp.accounting._rdp_events import UnsupportedEventError
 from metadp.accounting.registry import make_accountant
 from metadp.accounting.risk import FPRS, attack_risk, bracket
+from metadp.plan import Plan
+from metadp.report import Report
 from metadp.banded_noise import banded_lower
 from metadp.core import events as ev
 from metadp.plan_solve import Solved, Unreachable, _with
 from metadp.units import unit_views
 
-if TYPE_CHECKING:
-    from metadp.plan import Plan
-    from metadp.report import Report
-
 __all__ = ["with_risk", "view_risk", "plan_tpr", "calibrate_for_tpr"]
-
 
 def view_risk(events: Sequence[ev.Event], steps: int, relation: str, accountant: str, fprs: Sequence[float] = FPRS,
               lower: bool = True) -> Optional[Dict[str, Any]]:
@@ -40,7 +37,6 @@ def view_risk(events: Sequence[ev.Event], steps: int, relation: str, accountant:
         except (UnsupportedEventError, ArithmeticError, MemoryError):  # beyond this accountant's range: the next
             continue
     return None
-
 
 def with_risk(report: Report, plan: Plan, fprs: Sequence[float] = FPRS,
               charges: Optional[Mapping[str, int]] = None) -> Report:
@@ -72,14 +68,12 @@ def with_risk(report: Report, plan: Plan, fprs: Sequence[float] = FPRS,
         others.append(dict(other, risk=found))
     return dataclasses.replace(report, risk=risk, other_units=tuple(others))
 
-
 def plan_tpr(plan: Plan, at_fpr: float) -> float:
     """The certified upper bound on the best membership test's TPR at FPR ``at_fpr`` against the plan's own unit."""
     view = unit_views(plan)[0]
     found = view_risk(view.events or (ev.NonPrivate(),), cast(int, view.steps), view.relation,
                       plan.accountant if plan.accountant in ("pld", "rdp") else "pld", (at_fpr,), lower=False)
     return 1.0 if found is None else cast(float, found["tpr"][0])
-
 
 def calibrate_for_tpr(plan_dict: Mapping[str, Any], solve: str, target_tpr: float, at_fpr: float,
                       progress: Optional[Callable[[float, float], None]] = None, rel_tol: float = 1e-3) -> Solved:
@@ -149,7 +143,6 @@ def calibrate_for_tpr(plan_dict: Mapping[str, Any], solve: str, target_tpr: floa
         q_mid = 0.5 * (q_low + q_high)
         q_low, q_high = (q_mid, q_high) if meets(rate=q_mid) else (q_low, q_mid)
     return Solved("rate", q_low, _with(plan_dict, rate=q_low))
-
 
 def _search(ok: Callable[[float], bool], start: float, rel_tol: float, limit: float) -> Optional[float]:
     """The smallest x > 0 (to ``rel_tol``, returned where ``ok``) with ok(x), for ok false below and true above."""

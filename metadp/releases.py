@@ -68,15 +68,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from metadp.core import events as ev
 from metadp.core.validation import check_count, check_positive
+from metadp.plan_noise import NoiseSpec
 from metadp.sampling import Guarantee, Sampling
 from metadp.sampling.guarantee import EVERYONE
 
-if TYPE_CHECKING:
-    from metadp.plan_noise import NoiseSpec
 
 __all__ = ["Release", "FORMS", "release_views", "noise_keys", "plan_release", "plan_against", "REFS"]
 

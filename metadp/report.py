@@ -19,11 +19,11 @@ from metadp.accounting.certificate import Certificate
 from metadp.accounting.registry import accountant_class
 from metadp.citations import short_reference
 from metadp.core import events as ev
+from metadp.releases import Release
 from metadp.sampling import Guarantee, from_record
 
 if TYPE_CHECKING:  # (metadp.plan imports this module)
     from metadp.plan import Plan
-    from metadp.releases import Release
 
 __all__ = ["Report", "build_report", "no_guarantee", "risk_text", "relation_label", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
 
@@ -339,7 +339,7 @@ def build_report(plan: Plan, certificate: Certificate, *, alternatives: Sequence
     if noise.get("correlation") == "independent":  # the keys plans always had: banded noise adds its two
         noise.pop("correlation"), noise.pop("bands", None)
     if getattr(plan, "release", None) is not None:
-        noise["release"] = cast("Release", plan.release).to_table()
+        noise["release"] = cast(Release, plan.release).to_table()
     return Report(name=plan.name, epsilon=epsilon, delta=plan.delta, unit=plan.unit, relation=plan.relation,
                   sampling=sampling, noise=noise, steps=plan.steps, accountant=certificate.accountant,
                   order=certificate.order if certificate.order is not None else math.nan,

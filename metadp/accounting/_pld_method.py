@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from metadp.accounting._pld_bounds import PldResult
 from metadp.accounting.certificate import Certificate
 from metadp.core import events as ev
 
 if TYPE_CHECKING:  # (pld imports this module)
-    from metadp.accounting._pld_bounds import PldResult
     from metadp.accounting.pld import PldAccountant
 
 __all__ = ["RDP_REPORTED", "REVEALED_COUNT_REPORTED", "pld_certificate"]

@@ -19,17 +19,16 @@ pair), and a noise generator that does not produce C^-1 Z shows up as a law the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, cast
+from typing import List, cast
 
 import numpy as np
 
 from metadp.banded_noise import plan_coefficients
+from metadp.plan import Plan
 from metadp.mechanisms.banded import BandedNoise
 from metadp.sampling.participation import CyclicPoisson, MinSeparation
 from metadp.verify.runs import Pipeline
 
-if TYPE_CHECKING:
-    from metadp.plan import Plan
 
 __all__ = ["banded_pipeline", "MAX_BANDED_STEPS"]
 
