@@ -343,7 +343,7 @@ def test_a_flower_simulation_of_20_clients_reports_the_plans_epsilon_and_trains_
     printed = capsys.readouterr().out
     assert "engine flower (Flower simulation via flwr run" in printed and "): 20 clients" in printed
     assert "0 of " in printed
-    assert seconds < 90, seconds
+    assert seconds < 180, seconds  # a hang guard (about 25 s alone): CI runs it beside the other slow tests
     report = json.loads((fed / "privacy_report.json").read_text())
     assert main(["plan", plan, "--json"]) == 0
     expected = json.loads(capsys.readouterr().out)
