@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import TYPE_CHECKING, Optional, Tuple, Union, cast
+from typing import Optional, Tuple, Union, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -40,9 +40,8 @@ from metadp.mechanisms.banded_opt import banded_toeplitz, dpsgd_error, error, op
 from metadp.sampling.base import Sampling
 from metadp.sampling.guarantee import Guarantee
 from metadp.sampling.participation import CyclicPoisson, MinSeparation as MinSeparationSampling
+from metadp.plan_fields import PlanFields
 
-if TYPE_CHECKING:  # (metadp.plan imports this module)
-    from metadp.plan import Plan
 
 __all__ = ["banded_coefficients", "plan_coefficients", "every_step_sensitivity", "error_ratio", "banded_views", "banded_lower",
            "BANDED_SCHEMES"]
@@ -71,7 +70,7 @@ def workload(n: int, momentum: float = 0.0) -> FloatArray:
     return momentum_workload(n, momentum) if momentum else prefix_workload(n)
 
 
-def plan_coefficients(plan: Plan) -> Tuple[float, ...]:
+def plan_coefficients(plan: PlanFields) -> Tuple[float, ...]:
     """The coefficients a banded plan's noise uses: optimised for ``noise.horizon`` steps, or the plan's steps (the
     run's own numbers, also when a run stopped early is reported as a plan of fewer steps)."""
     return banded_coefficients(plan.noise.horizon or plan.steps, plan.noise.bands, plan.noise.momentum or 0.0)
@@ -151,7 +150,7 @@ def _column_norm(coefficients: Tuple[float, ...], up: bool) -> float:
     return float(np.linalg.norm(coefficients)) * (1.0 + (2.0**-50 if up else -2.0**-50))
 
 
-def banded_views(plan: Plan) -> Tuple[Guarantee, ...]:
+def banded_views(plan: PlanFields) -> Tuple[Guarantee, ...]:
     """The plan's own unit's guarantee under banded noise (module docstring), or a ValueError naming what is not
     supported."""
     scheme, noise, bands, n = plan.sampling, plan.noise, plan.noise.bands, plan.steps
@@ -200,7 +199,7 @@ def banded_views(plan: Plan) -> Tuple[Guarantee, ...]:
                               citations=CITATIONS),)
 
 
-def banded_lower(plan: Plan) -> Optional[Tuple[Optional[Tuple[ev.Event, int]], Optional[str]]]:
+def banded_lower(plan: PlanFields) -> Optional[Tuple[Optional[Tuple[ev.Event, int]], Optional[str]]]:
     """Where the accountant's lower end of a banded plan's event is not one on the mechanism: (attained, note),
     ``attained`` the (event, count) whose certified lower end is (None: no lower bound, 0), ``note`` what the report
     says of it (None: nothing to say), else None.

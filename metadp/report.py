@@ -12,7 +12,7 @@ import dataclasses
 import json
 import decimal
 import math
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from metadp import __version__
 from metadp.accounting.certificate import Certificate
@@ -21,9 +21,8 @@ from metadp.citations import short_reference
 from metadp.core import events as ev
 from metadp.releases import Release
 from metadp.sampling import Guarantee, from_record
+from metadp.plan_fields import PlanFields
 
-if TYPE_CHECKING:  # (metadp.plan imports this module)
-    from metadp.plan import Plan
 
 __all__ = ["Report", "build_report", "no_guarantee", "risk_text", "relation_label", "format_lower", "format_upper", "interval_width", "interval_width_text", "json_epsilon"]
 
@@ -299,7 +298,7 @@ def _noise_text(n: Dict[str, Any]) -> str:
     return f"Laplace, scale {n['scale']:g} x L1 sensitivity"
 
 
-def build_report(plan: Plan, certificate: Certificate, *, alternatives: Sequence[Certificate] = (),
+def build_report(plan: PlanFields, certificate: Certificate, *, alternatives: Sequence[Certificate] = (),
                  view: Optional[Guarantee] = None, other_units: Sequence[Dict[str, Any]] = (),
                  unbounded: Sequence[str] = ()) -> Report:
     """Assembles the report of ``plan`` from the tightest accountant's ``Certificate`` (``plan_epsilon``);
@@ -349,7 +348,7 @@ def build_report(plan: Plan, certificate: Certificate, *, alternatives: Sequence
                   group_size=plan.group_size)
 
 
-def _analysis_notes(plan: Plan, certificate: Certificate, view: Optional[Guarantee] = None,
+def _analysis_notes(plan: PlanFields, certificate: Certificate, view: Optional[Guarantee] = None,
                     other_units: Sequence[Dict[str, Any]] = ()) -> Tuple[List[str], List[str], List[str]]:
     """The assumptions, citation keys and warnings that the plan's analysis rests on (the accountant's method's
     own from its ``Certificate``, last)."""

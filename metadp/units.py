@@ -25,21 +25,20 @@ sampling scheme builds (``Sampling.guarantees`` in ``metadp.sampling.schemes``):
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Tuple, cast
+from typing import Tuple, cast
 
 from metadp.banded_noise import banded_views
 from metadp.core import events as ev
 from metadp.releases import Release, release_views
 from metadp.sampling import Guarantee, Sampling
 from metadp.sampling.hierarchy import LEVEL_KEYS, episode_shift, parse_hierarchy, top_unit_shift
+from metadp.plan_fields import PlanFields
 
-if TYPE_CHECKING:  # (metadp.plan imports this module)
-    from metadp.plan import Plan
 
 __all__ = ["parse_hierarchy", "unit_views", "episode_shift", "top_unit_shift", "LEVEL_KEYS"]
 
 
-def unit_views(plan: Plan) -> Tuple[Guarantee, ...]:
+def unit_views(plan: PlanFields) -> Tuple[Guarantee, ...]:
     """Every meaningful unit's view of ``plan``, the plan's own unit first (``primary``); the plan's
     sampling scheme builds them (``metadp.sampling``). A plan over a fixed pool that declares
     ``record_multiplicity`` has the task's and the record's views (``pooled_views``)."""
@@ -52,7 +51,7 @@ def unit_views(plan: Plan) -> Tuple[Guarantee, ...]:
     return _as_private_as(plan, views)
 
 
-def pooled_views(plan: Plan) -> Tuple[Guarantee, ...]:
+def pooled_views(plan: PlanFields) -> Tuple[Guarantee, ...]:
     """The views of a plan over a fixed pool of tasks, each record in at most ``record_multiplicity`` of them:
     the release's (``metadp.releases``: task, record and, against the server, the record again), each charged
     as often as the plan's steps charge it, the plan's unit first. A per-visit charge counts the worst record's
@@ -91,7 +90,7 @@ _NOT_PRIVATE = {
 }
 
 
-def _as_private_as(plan: Plan, views: Tuple[Guarantee, ...]) -> Tuple[Guarantee, ...]:
+def _as_private_as(plan: PlanFields, views: Tuple[Guarantee, ...]) -> Tuple[Guarantee, ...]:
     """``views`` as the plan's noise leaves them: thresholds from raw norms void every guarantee (event None,
     the reason said); no central noise (unless the release's noise is inside the tasks) or an unbounded
     contribution (``noise.clip = 'none'``) makes every release non-private (``NonPrivate``, epsilon infinite)."""

@@ -41,6 +41,7 @@ LAYER = {
     "metadp.plan_risk": 5,
     "metadp.plan_noise": 5,
     "metadp.banded_noise": 5,
+    "metadp.plan_fields": 5,  # a plan's fields as a Protocol: what report, units and banded_noise read of a plan
     "metadp.integrations": 6,  # Opacus, dp-accounting: accounting and reports for other libraries
     "metadp.training": 7,  # the trainer and its engines (local, Flower)
     "metadp.verify": 8,  # audits train runs and cross-checks against dp-accounting

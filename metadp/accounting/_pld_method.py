@@ -4,14 +4,12 @@ where it is not the lattice's (``PldAccountant.certify``)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence, Tuple
 
 from metadp.accounting._pld_bounds import PldResult
 from metadp.accounting.certificate import Certificate
+from metadp.accounting.rdp_accountant import LedgerEntry
 from metadp.core import events as ev
-
-if TYPE_CHECKING:  # (pld imports this module)
-    from metadp.accounting.pld import PldAccountant
 
 __all__ = ["RDP_REPORTED", "REVEALED_COUNT_REPORTED", "pld_certificate"]
 
@@ -48,7 +46,21 @@ def _mentions(event: ev.Event, kind: type) -> bool:
     return False
 
 
-def pld_certificate(accountant: "PldAccountant", result: "PldResult") -> Certificate:
+class _Source(Protocol):
+    """What a certificate reads of the accountant that computed it (``pld.PldAccountant``, which imports this
+    module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def conversion(self) -> str: ...
+    @property
+    def citations(self) -> Tuple[str, ...]: ...
+    @property
+    def ledger(self) -> Sequence[LedgerEntry]: ...
+
+
+def pld_certificate(accountant: _Source, result: PldResult) -> Certificate:
     """``result`` (a ``PldResult`` of ``accountant``'s ledger) as the ``Certificate`` every accountant returns."""
     allocation = any(_mentions(entry.event, ev.RandomAllocation) for entry in accountant.ledger)
     assumptions = [_ALLOCATION_METHOD if allocation else _METHOD]

@@ -79,6 +79,11 @@ class Sampling:
         """The theorem ``charge_event`` rests on, in words (training reports)."""
         return self.basis
 
+    def pass_steps(self, steps: int) -> int:
+        """The steps one charge covers when the scheme charges per pass (a run's budget and its report's prefix
+        count passes of this many steps); 1 for a scheme charged per step."""
+        return 1
+
     def releases(self, steps: int) -> int:
         """How many charges ``steps`` steps make."""
         return steps

@@ -40,6 +40,11 @@ class Shuffle(_Batches):
     def step_event(self, inner: ev.Event) -> ev.Event:
         return inner  # the unit's one release of the pass (charged per pass)
 
+    def pass_steps(self, steps: int) -> int:
+        # (rounded down where the batch does not divide the population: the trainer's pass is one step longer, so a
+        # budget of k passes stops within the k passes the plan counts)
+        return self.population // self.batch_size
+
     def releases(self, steps: int) -> int:
         return math.ceil(steps * self.batch_size / self.population - 1e-9)
 
@@ -189,6 +194,9 @@ class BallsInBins(Sampling):
     def pooled_record(self, shift: float, k: int) -> Tuple[str, Optional[ev.Event], str, str]:
         """The k appearances may share the record's step of a pass: ``Gaussian(1 / (k s))`` per pass."""
         return "pass", ev.Gaussian(1.0 / (k * shift)), self.basis, ""
+
+    def pass_steps(self, steps: int) -> int:
+        return self.steps_per_pass
 
     def releases(self, steps: int) -> int:
         return math.ceil(steps / self.steps_per_pass)

@@ -94,6 +94,9 @@ class CyclicPoisson(Sampling):
         nothing about it)."""
         return ev.PoissonSampled(self.rate, inner)
 
+    def pass_steps(self, steps: int) -> int:
+        return self.groups
+
     def releases(self, steps: int) -> int:
         return math.ceil(steps / self.groups)
 
@@ -166,6 +169,9 @@ class MinSeparation(Sampling):
     def step_event(self, inner: ev.Event) -> ev.Event:
         raise ValueError("min-separation participation has no per-step event (a unit's steps are chosen by anyone): "
                          "the run is charged once, the composition of its participations")
+
+    def pass_steps(self, steps: int) -> int:
+        return steps  # the run is charged once
 
     def releases(self, steps: int) -> int:
         return 1

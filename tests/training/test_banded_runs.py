@@ -228,3 +228,17 @@ def test_the_outer_optimiser_is_the_configs_and_sgd_momentum_needs_sgd(tmp_path,
     assert config["outer_optimizer"] == "sgd" and config["outer_momentum"] == 0.9
     state = torch.load(tmp_path / "c" / "checkpoint.pt", weights_only=False)["optimizer"]
     assert state["param_groups"][0]["momentum"] == 0.9 and "momentum_buffer" in next(iter(state["state"].values()))
+
+
+def test_a_charged_pass_is_the_schemes_own_and_a_run_charged_once_is_one_pass():
+    from metadp.training.run.plan_run import pass_steps
+
+    def plan(sampling, **noise):
+        return loads_plan(_text(sampling, bands=noise.get("bands")))
+
+    assert pass_steps(plan(CYCLIC)) == 4  # the groups
+    assert pass_steps(plan(MIN_SEP)) == pass_steps(plan(MIN_SEP, bands=3)) == 8  # charged once: the whole run
+    assert pass_steps(plan(EVERY, bands=3)) == 8 and pass_steps(plan(EVERY)) == 1  # banded: once; independent: a step
+    shuffle = 'scheme = "shuffle"\npopulation = 25\nbatch_size = 12'  # the trainer's pass is 3 steps: 2 counted
+    assert pass_steps(plan(shuffle)) == 2
+    assert pass_steps(plan('scheme = "poisson"\npopulation = 40\nrate = 0.1')) == 1

@@ -107,14 +107,7 @@ def charged_once(plan: Plan) -> bool:
 def pass_steps(plan: Plan) -> int:
     """The steps of one charged pass: the whole run for a run charged once, a pass of the one-pass schemes, the
     groups of cyclic Poisson participation, else 1."""
-    scheme = plan.sampling
-    if charged_once(plan):
-        return plan.steps
-    if scheme.scheme == "cyclic_poisson":
-        return scheme.groups
-    if scheme.scheme == "shuffle":
-        return scheme.population // scheme.batch_size
-    return getattr(scheme, "steps_per_pass", 1)
+    return plan.steps if charged_once(plan) else plan.sampling.pass_steps(plan.steps)
 
 
 def prefix_plan(plan: Plan, steps: int) -> Plan:
