@@ -37,7 +37,6 @@ import math
 import numbers
 import warnings
 from collections import OrderedDict
-from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 from metadp.accounting import Composed, Gaussian, PoissonSampled, SelfComposed
@@ -136,7 +135,8 @@ class MetadpAccountant(IAccountant):
         own Poisson loader, or the user's with ``poisson_sampling=False``) is read from that call's frame
         (Opacus 1.6's ``PrivacyEngine.make_private``; elsewhere a PoissonAssumptionWarning says to call
         :meth:`read_loader`)."""
-        caller = cast(FrameType, inspect.currentframe()).f_back
+        frame = inspect.currentframe()  # None on an interpreter without stack frames: the loader is then unseen
+        caller = frame.f_back if frame is not None else None
         loader = caller.f_locals.get("data_loader") if caller is not None and caller.f_code.co_name == "make_private" \
             else None
         if loader is not None:

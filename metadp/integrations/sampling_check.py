@@ -71,11 +71,14 @@ def describe_sampling(data_loader: Any) -> LoaderSampling:
     if found.scheme == "poisson":
         q = cast(float, found.rate)  # (a Poisson loader's)
         ok = accounted is not None and accounted >= q * (1 - 1e-12)
+        charged = (f"it charges rate 1/len(loader) = {accounted:.6g}" if accounted is not None else
+                   "it charges rate 1/len(loader), and this loader has no length (its batch sampler has none): the "
+                   "charged rate is unknown, so the epsilon is not shown to cover the sampler's rate")
         meaning = (f"Poisson sampling: each record joins each batch independently with probability {q:.6g}, as the "
-                   f"accountant assumes; it charges rate 1/len(loader) = {accounted:.6g}"
+                   f"accountant assumes; {charged}"
                    + ("" if not ok else (" (the same)" if math.isclose(cast(float, accounted), q, rel_tol=1e-12)
                                          else ", above the true rate: its epsilon is valid, and pessimistic")))
-        if not ok:
+        if not ok and accounted is not None:
             meaning += (", BELOW the sampler's rate (the sampler draws more than 1/rate batches per epoch): the "
                         "epsilon is understated; charge the sampler's rate")
         return LoaderSampling("poisson", found.sampler, n, None, accounted, q, ok, meaning)

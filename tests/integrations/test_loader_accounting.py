@@ -235,6 +235,20 @@ def test_an_accountant_that_cannot_see_the_loader_says_so():
         accountant.get_optimizer_hook_fn(sample_rate=1 / 24)
 
 
+
+def test_an_interpreter_without_frames_gets_the_warning_not_a_crash(monkeypatch):
+    """``inspect.currentframe()`` is None on interpreters without stack frames: the accountant then cannot read
+    the loader off ``make_private`` and says so, as when it is called from elsewhere."""
+    pytest.importorskip("opacus")
+    import inspect
+
+    from metadp.integrations.opacus import MetadpAccountant, PoissonAssumptionWarning
+
+    monkeypatch.setattr(inspect, "currentframe", lambda: None)
+    with pytest.warns(PoissonAssumptionWarning, match="cannot see this run's data loader"):
+        hook = MetadpAccountant().get_optimizer_hook_fn(sample_rate=0.01)
+    assert callable(hook)
+
 def test_make_private_checked_calibrates_the_noise_for_a_shuffling_loader():
     opacus = pytest.importorskip("opacus")
     from metadp.integrations.opacus import make_private_checked

@@ -95,6 +95,19 @@ def test_a_poisson_sampler_charged_below_its_rate_is_flagged(data):
     assert exact.ok and math.isclose(exact.accounted_rate, 1 / 3)
 
 
+
+def test_a_poisson_sampler_without_a_length_is_described_not_a_crash(data):
+    """A Poisson batch sampler with no ``__len__`` (a user's subclass): Opacus charges 1/len(loader), which
+    has no value, so the description says the charged rate is unknown and does not call it covered."""
+
+    class Endless(UniformWithReplacementSampler):
+        def __len__(self):
+            raise TypeError("no length")
+
+    found = describe_sampling(DataLoader(data, batch_sampler=Endless(num_samples=N, sample_rate=0.1, steps=20)))
+    assert (found.kind, found.ok, found.sample_rate, found.accounted_rate) == ("poisson", False, 0.1, None)
+    assert "probability 0.1" in found.meaning and "no length" in found.meaning
+
 @pytest.mark.parametrize("accountant, sampler, words", [
     # Opacus's own accountant charges the Poisson number: a shuffled loader is refused
     ("rdp", None, "shuffled"),
