@@ -1,7 +1,6 @@
 """The PLD accountant's tilted FFT composition (issue 18): the FFT round-off constant against
 measurements, and the computed composition within its proven l2 bound of the exact one."""
 
-import math
 
 import numpy as np
 import pytest

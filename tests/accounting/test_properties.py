@@ -80,7 +80,7 @@ def _finite_nonnegative(*values: float) -> bool:
 # Monotonicity, Poisson sampling (add/remove).
 
 
-@_fast(15)  # 300 more in test_poisson_monotone_sweep
+@_fast(15)  # 200 more in test_poisson_monotone_sweep
 @given(q=rates, z1=noises, z2=noises, t=steps, delta=deltas)
 def test_poisson_epsilon_non_increasing_in_noise(q, z1, z2, t, delta):
     lo, hi = sorted((z1, z2))
@@ -102,7 +102,7 @@ test_poisson_rate_sweep = pytest.mark.slow(_fast(150)(given(q1=rates, q2=rates, 
     _poisson_epsilon_non_decreasing_in_rate)))
 
 
-@_fast(15)  # 300 more in test_poisson_monotone_sweep
+@_fast(15)  # 200 more in test_poisson_monotone_sweep
 @given(q=rates, z=noises, t1=steps, t2=steps, delta=deltas)
 def test_poisson_epsilon_non_decreasing_in_steps(q, z, t1, t2, delta):
     lo, hi = sorted((t1, t2))
@@ -159,7 +159,7 @@ def test_fixed_size_costs_at_least_poisson_at_the_same_rate():
 # Round trips.
 
 
-@_fast(15)  # 400 more in test_delta_round_trip_sweep
+@_fast(15)  # 250 more in test_delta_round_trip_sweep
 @given(q=rates, z=noises, t=steps, delta=deltas)
 def test_delta_epsilon_delta_round_trip(q, z, t, delta):
     acc = RdpAccountant().compose(PoissonSampled(q, Gaussian(z)), t)
@@ -273,11 +273,11 @@ test_max_steps_meets_target_and_one_more_step_exceeds_it = _fast(3)(given(q=rate
     _max_steps_meets_target_and_one_more_step_exceeds_it))
 test_max_rate_meets_target_and_is_tight = _fast(3)(given(q0=rates, z=noises, t=steps, delta=deltas)(
     _max_rate_meets_target_and_is_tight))
-test_calibrate_noise_tight_sweep = pytest.mark.slow(_fast(20)(given(q=rates, z0=noises, t=steps, delta=deltas)(
+test_calibrate_noise_tight_sweep = pytest.mark.slow(_fast(10)(given(q=rates, z0=noises, t=steps, delta=deltas)(
     _calibrate_noise_meets_target_and_is_tight)))
-test_max_steps_sweep = pytest.mark.slow(_fast(40)(given(q=rates, z=noises, t0=steps, delta=deltas)(
+test_max_steps_sweep = pytest.mark.slow(_fast(28)(given(q=rates, z=noises, t0=steps, delta=deltas)(
     _max_steps_meets_target_and_one_more_step_exceeds_it)))
-test_max_rate_sweep = pytest.mark.slow(_fast(25)(given(q0=rates, z=noises, t=steps, delta=deltas)(
+test_max_rate_sweep = pytest.mark.slow(_fast(18)(given(q0=rates, z=noises, t=steps, delta=deltas)(
     _max_rate_meets_target_and_is_tight)))
 
 
@@ -307,7 +307,7 @@ test_plan_report_sweep = pytest.mark.slow(_fast(100)(given(q=rates, z=noises, t=
 
 
 @pytest.mark.slow
-@settings(max_examples=300, derandomize=True, database=None, deadline=None,
+@settings(max_examples=200, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(q=rates, z1=noises, z2=noises, t1=steps, t2=steps, delta=deltas)
 def test_poisson_monotone_sweep(q, z1, z2, t1, t2, delta):
@@ -318,7 +318,7 @@ def test_poisson_monotone_sweep(q, z1, z2, t1, t2, delta):
 
 
 @pytest.mark.slow
-@settings(max_examples=30, derandomize=True, database=None, deadline=None,
+@settings(max_examples=14, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(q=rates, z0=noises, t=steps, delta=deltas)
 def test_calibrate_noise_sweep(q, z0, t, delta):
@@ -342,7 +342,7 @@ def test_fixed_monotone_sweep(m1, m2, z1, z2, t, delta):
 
 @pytest.mark.slow
 @seed(20_240)  # a fixed seed rather than derandomize: the examples do not change when decorators do
-@settings(max_examples=400, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(q=rates, z=noises, t=steps, delta=deltas)
 def test_delta_round_trip_sweep(q, z, t, delta):
     acc = RdpAccountant().compose(PoissonSampled(q, Gaussian(z)), t)

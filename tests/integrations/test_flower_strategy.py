@@ -12,7 +12,6 @@ certified run are refused. Slow: `metadp train dp-agrlr --engine flower` in a re
 """
 
 import json
-import math
 
 import pytest
 

@@ -9,7 +9,6 @@ refused with one line and status 2 before anything is written.
 import json
 import math
 import tomllib
-from pathlib import Path
 
 import pytest
 

@@ -64,7 +64,9 @@ def _best_configuration(grid, edges):
 
 @pytest.mark.parametrize("grid, points", [
     pytest.param((-1.0, 0.0, 1.0), 1001, id="3-point grid"),
-    pytest.param(GRID, 2001, id="5-point grid", marks=pytest.mark.slow)])
+    # the 5-point grid at the 3-point grid's resolution: its best configuration is the same one (2,001 points took
+    # 92 s of CI for the same verdict)
+    pytest.param(GRID, 1001, id="5-point grid", marks=pytest.mark.slow)])
 def test_lower_end_is_attained_and_the_old_one_was_not(grid, points, bounds):
     best, top = _best_configuration(grid, fs.output_grid(Z, span=1.0, points=points))
     # the named configuration (or its mirror image / other order) is the best one-line configuration
