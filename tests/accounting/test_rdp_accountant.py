@@ -291,7 +291,7 @@ def test_trajectory_with_step_event(spec, step_event, delta):
                          ids=["default", "rate0.01-noise20"])
 def test_pld_trajectory_at_every_count(step_event, delta):
     # every count to 2,500 (monotone, none skipped), then the probes to 10,000 (all 10,001 counts took ~4 min
-    # of CI for the two events)
+    # of CPU for the two events in a slow run on 2 cores)
     steps = np.union1d(np.arange(0, 2_501), PROBES)
     _check_trajectory(next(s for s in ACCOUNTANTS if s.name == "pld"), steps, step_event, delta)
 

@@ -152,7 +152,7 @@ _SWEEP_FRACTIONAL = ([1.001, 2.5, 9999.5], [1.01, 3.7, 20000.5], [1.5, 10.5, 100
 def test_poisson_full_sweep(rdp, rate, noise):
     # every integer order at every (rate, noise); a third of the fractional ones, rotating with the rate and the
     # noise, so that every fractional order meets every rate and every noise level (the whole product took
-    # ~8 min of CI for little more)
+    # ~8 min of CPU in a slow run on 2 cores, for little more)
     group = _SWEEP_FRACTIONAL[(_RATES.index(rate) + _NOISES.index(noise)) % 3]
     _check_poisson(rdp, rate, noise, _INT_ORDERS + [10000] + group)
 
