@@ -157,6 +157,12 @@ def test_poisson_full_sweep(rdp, rate, noise):
     _check_poisson(rdp, rate, noise, _INT_ORDERS + [10000] + group)
 
 
+def test_the_full_sweeps_groups_hold_every_fractional_order_once():
+    # the rotation in test_poisson_full_sweep leaves no fractional order out (a guard against silent narrowing)
+    grouped = [a for group in _SWEEP_FRACTIONAL for a in group]
+    assert sorted(grouped) == sorted(_FRAC_ORDERS + [1.001, 3.7, 100.25, 20000.5]) and len(set(grouped)) == 9
+
+
 def test_poisson_mixed_orders_in_one_call(rdp):
     # One vectorised call mixing integer, fractional and large orders keeps each in place.
     orders = [9999.5, 2, 1.01, 256, 2.5, 10000]

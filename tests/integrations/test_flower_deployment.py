@@ -181,7 +181,8 @@ def test_a_loopback_deployment_whose_superlink_dies_resumes_to_the_local_engines
     assert math.isfinite(report["epsilon"])
     assert all(u["epsilon"] >= e["epsilon"] * (1 - 1e-12) for u, e in zip(report["other_units"],
                                                                          expected["other_units"], strict=True))
-    # the re-run steps draw the noise the first attempt drew (the generator is restored from the checkpoint)
+    # the re-run steps draw the noise the first attempt drew (the generator is restored from the checkpoint) and
+    # recompute bit for bit on this CPU, so the resumed model is the uninterrupted one
     assert main(["train", "dp-agr", *common, "--out", str(local)]) == 0
     mine = torch.load(out / "checkpoint.pt", weights_only=False)["params"]
     theirs = torch.load(local / "checkpoint.pt", weights_only=False)["params"]

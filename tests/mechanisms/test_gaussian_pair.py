@@ -412,9 +412,10 @@ _RDP_GRID = cover(product(("binom-z0.3", "binom-z1", "binom-z50", "poisson-q1e-6
 
 @pytest.mark.parametrize("case,direction", _RDP_GRID)
 def test_mixture_rdp_matches_quadrature(case, direction):
-    # Each case checks an order near 1, an integer and a large fractional one. The references cost: binom-z50's
-    # ~65 s an order (quadrature at sigma = 50), so each direction checks one end, near 1 for add and large for
-    # remove; binom-z0.3's ~40 s an order (203 s for five orders of remove in a slow run on 2 cores)
+    # binom-z0.3 and poisson: an order near 1, an integer and a large fractional one (binom-z0.3's references
+    # cost ~40 s an order: 203 s for five orders of remove in a slow run on 2 cores); binom-z1 (the default
+    # run's case): 1.5 and 8; binom-z50 (~65 s an order, quadrature at sigma = 50): one end per direction,
+    # near 1 for add and large for remove
     orders = {"binom-z1": [1.5, 8.0],
               "binom-z50": [1.01] if direction == "add" else [32.5]}.get(case, [1.01, 2.0, 32.5])
     fast = mixture_rdp(_pair(case, direction), orders)
